@@ -1,0 +1,32 @@
+#pragma once
+/// \file sim.hpp
+/// The `sim` pack: synthetic sources, work and sinks for tests, benchmarks and
+/// placement experiments. Payloads are `swarmflow.schema.Blob`.
+///
+/// sim.source — output `out`.
+///   count (integer, 0 = until stopped), rate_hz (number, 0 = as fast as flow
+///   control allows), payload_bytes (integer), streams (integer).
+///   Envelopes of stream s carry seq 0, 1, 2, ... in order.
+/// sim.work — input `in`, output `out`.
+///   service_us (number), jitter_us (number), fail_every (integer, 0 = never;
+///   else throw on every n-th envelope this instance sees).
+///   Service time is divided by the unit's speed.
+/// sim.sink — input `in`. service_us (number).
+///   Checks each stream's sequence numbers; counters received, lost, duplicate,
+///   reordered. Keep one sink replica per stream (`key: stream`) for exact counts.
+///
+/// ```yaml
+/// stages:
+///   - {id: src,  type: sim.source, params: {count: 1000, streams: 4}}
+///   - {id: work, type: sim.work,   replicas: 2, inputs: {in: src/out}, params: {service_us: 200}}
+///   - {id: sink, type: sim.sink,   inputs: {in: work/out}}
+/// ```
+
+#include <swarmflow/registry.hpp>
+
+namespace swarmflow {
+
+/// Adds sim.source, sim.work and sim.sink.
+void register_sim_stages(Registry& registry);
+
+}  // namespace swarmflow

@@ -1,0 +1,85 @@
+#pragma once
+// The sim pack's stage classes; see sim.hpp for their ports and parameters.
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/stage.hpp>
+
+namespace swarmflow::sim {
+
+class SimSource final : public Stage {
+ public:
+  void setup(StageSpec& s) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  OutputPort<schema::Blob> out_;
+  std::int64_t count_ = 0;
+  double rate_hz_ = 0;
+  std::int64_t payload_bytes_ = 0;
+  std::int64_t streams_ = 1;
+  std::uint64_t first_stream_ = 0;
+  std::vector<std::uint64_t> next_seq_;
+  std::int64_t produced_ = 0;
+  std::int64_t start_ns_ = 0;
+};
+
+class SimWork final : public Stage {
+ public:
+  void setup(StageSpec& s) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  double service_us_ = 0;
+  double jitter_us_ = 0;
+  std::int64_t fail_every_ = 0;
+  std::int64_t seen_ = 0;
+  std::mt19937_64 rng_;
+};
+
+/// Per-stream sequence checking, shared by sim.sink and tests.
+class SequenceChecker {
+ public:
+  enum class Verdict { in_order, gap, late, duplicate };
+  /// Classifies seq on stream; a gap marks the skipped numbers as missing, a
+  /// later arrival of a missing number is late (reordered), anything else seen
+  /// before is a duplicate.
+  Verdict observe(std::uint64_t stream, std::uint64_t seq, std::uint64_t* newly_missing);
+
+ private:
+  struct StreamState {
+    std::uint64_t next = 0;
+    std::unordered_set<std::uint64_t> missing;
+  };
+  std::unordered_map<std::uint64_t, StreamState> streams_;
+};
+
+class SimSink final : public Stage {
+ public:
+  void setup(StageSpec& s) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  InputPort<schema::Blob> in_;
+  double service_us_ = 0;
+  SequenceChecker checker_;
+  std::atomic<std::int64_t>* received_ = nullptr;
+  std::atomic<std::int64_t>* lost_ = nullptr;
+  std::atomic<std::int64_t>* duplicate_ = nullptr;
+  std::atomic<std::int64_t>* reordered_ = nullptr;
+};
+
+/// Waits `us` microseconds: sleeps for long waits, spins for short ones.
+void simulate_service(double us);
+
+}  // namespace swarmflow::sim

@@ -1,0 +1,28 @@
+# Installs headers, libraries, the CLI and a package config, so that an
+# application does find_package(swarmflow CONFIG) and links swarmflow::runtime.
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/swarmflow" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/actors/"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/swarmflow/actors"
+        FILES_MATCHING PATTERN "*.hpp")
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/pipelines/" DESTINATION "${CMAKE_INSTALL_DATADIR}/swarmflow/pipelines")
+
+install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime
+                swarmflow_actors_sim swarmflow_actors_io
+        EXPORT swarmflowTargets
+        LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+        ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+        RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}"
+        INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(TARGETS swarmflow RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+
+set(_cfg_dir "${CMAKE_INSTALL_LIBDIR}/cmake/swarmflow")
+install(EXPORT swarmflowTargets NAMESPACE swarmflow:: DESTINATION "${_cfg_dir}")
+configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/swarmflowConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/swarmflowConfig.cmake" INSTALL_DESTINATION "${_cfg_dir}")
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/swarmflowConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/swarmflowConfig.cmake"
+              "${PROJECT_BINARY_DIR}/swarmflowConfigVersion.cmake"
+        DESTINATION "${_cfg_dir}")

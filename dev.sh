@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# swarmflow's two quick-start commands:
+#   ./dev.sh main   install what is missing, build, run the main pipeline on the embedded default
+#   ./dev.sh test   install what is missing, build, run the whole test suite
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$root"
+build_dir="${SWARMFLOW_BUILD_DIR:-$root/build}"
+jobs="${SWARMFLOW_JOBS:-$(nproc)}"
+
+build() {
+  "$root/scripts/bootstrap.sh"
+  local extra=()
+  if [ "${CI:-}" = "true" ]; then extra+=(-DSWARMFLOW_WERROR=ON); fi
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra[@]}"
+  fi
+  cmake --build "$build_dir" -j "$jobs" "$@"
+}
+
+cmd="${1:-main}"
+shift || true
+case "$cmd" in
+  main)
+    build
+    exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/quickstart.yaml" "$@"
+    ;;
+  test)
+    build
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
+    ;;
+  build)
+    build "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh main|test|build" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,99 @@
+#pragma once
+/// \file envelope.hpp
+/// The unit of data that flows through a pipeline: a small header plus an
+/// immutable, reference-counted FlatBuffers payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+
+namespace swarmflow {
+
+/// One finished FlatBuffers buffer. Immutable once made; shared between all
+/// envelopes and actors that carry it, so passing it on copies no bytes.
+class Payload {
+ public:
+  /// Takes the finished buffer out of `builder` without copying it. The builder
+  /// must have been finished (`Finish`/`FinishXBuffer`) with a file identifier.
+  static std::shared_ptr<const Payload> from_builder(flatbuffers::FlatBufferBuilder& builder);
+  /// Copies `size` bytes; for data that arrives from outside (files, tests).
+  static std::shared_ptr<const Payload> copy_of(const void* data, std::size_t size);
+  /// Adopts `bytes` without copying them.
+  static std::shared_ptr<const Payload> adopt(std::vector<std::uint8_t> bytes);
+
+  const std::uint8_t* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  /// The 4-character file identifier, or an empty view if the buffer is too short.
+  std::string_view identifier() const;
+  /// The root table, read without verification (payloads made in-process are trusted;
+  /// bytes from sockets are verified by the transport before they become a Payload).
+  template <class T>
+  const T* root() const {
+    return flatbuffers::GetRoot<T>(data_);
+  }
+
+  Payload(const Payload&) = delete;
+  Payload& operator=(const Payload&) = delete;
+
+ private:
+  Payload() = default;
+  flatbuffers::DetachedBuffer detached_;
+  std::vector<std::uint8_t> bytes_;
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+using PayloadPtr = std::shared_ptr<const Payload>;
+
+/// Maximum number of hop times an envelope records.
+constexpr std::size_t kMaxHops = 8;
+
+/// The header every envelope carries.
+struct EnvelopeHeader {
+  std::uint64_t stream = 0;     ///< which stream (camera, token sequence) this belongs to
+  std::uint64_t seq = 0;        ///< position in the stream, set by the source
+  std::int64_t capture_ns = 0;  ///< steady-clock time of capture at the source
+  float confidence = 1.0F;      ///< how sure the producer is, 0..1 (used by voters)
+  std::uint64_t vote_key = 0;   ///< what is being agreed on (used by voters)
+  std::uint8_t hop_count = 0;   ///< valid entries of hop_ns
+  std::array<std::int64_t, kMaxHops> hop_ns{};  ///< arrival time at each stage, oldest first
+
+  /// Appends an arrival time; the oldest times are kept when the trace is full.
+  void add_hop(std::int64_t t_ns) {
+    if (hop_count < kMaxHops) hop_ns[hop_count++] = t_ns;
+  }
+};
+
+/// Header plus shared payload. Copying an envelope copies the header and one
+/// reference, never the payload bytes.
+class Envelope {
+ public:
+  Envelope() = default;
+  Envelope(const EnvelopeHeader& header, PayloadPtr payload)
+      : header_(header), payload_(std::move(payload)) {}
+
+  const EnvelopeHeader& header() const { return header_; }
+  /// Null only for a default-constructed envelope.
+  const PayloadPtr& payload() const { return payload_; }
+  /// The payload's root table of type T.
+  template <class T>
+  const T* as() const {
+    return payload_ ? payload_->root<T>() : nullptr;
+  }
+  /// The same payload under another header.
+  Envelope with_header(const EnvelopeHeader& header) const { return Envelope(header, payload_); }
+
+ private:
+  EnvelopeHeader header_;
+  PayloadPtr payload_;
+};
+
+/// Monotonic clock used for capture times and latencies, in nanoseconds.
+std::int64_t steady_now_ns();
+
+}  // namespace swarmflow

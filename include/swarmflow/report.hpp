@@ -1,0 +1,63 @@
+#pragma once
+/// \file report.hpp
+/// What a run did: per stage, per edge and per sink. Read live for progress
+/// and at the end as the run report.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace swarmflow {
+
+/// Latency percentiles in milliseconds.
+struct LatencySummary {
+  std::uint64_t count = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double p999_ms = 0;
+  double max_ms = 0;
+};
+
+/// One stage, summed over its replicas.
+struct StageReport {
+  std::string id;
+  std::string type;
+  int replicas = 0;
+  bool sink = false;            ///< has no outputs
+  std::uint64_t processed = 0;  ///< steps that returned ok
+  std::uint64_t errors = 0;     ///< steps that failed or threw
+  std::uint64_t restarts = 0;
+  std::uint64_t dead_letters = 0;  ///< envelopes given up after repeated failures
+  std::uint64_t queued = 0;        ///< envelopes waiting at its replicas now
+  std::map<std::string, std::int64_t> counters;  ///< the stage's own named counters
+  LatencySummary latency;  ///< capture-to-completion, recorded at sinks
+};
+
+/// One edge: output port -> input port.
+struct EdgeReport {
+  std::string from;  ///< `stage/port`
+  std::string to;    ///< `stage/port`
+  std::uint64_t sent = 0;       ///< envelopes produced onto the edge
+  std::uint64_t delivered = 0;  ///< accepted by a replica of the consumer
+  std::uint64_t dropped = 0;    ///< dropped by the overflow policy or at a live source
+  std::uint64_t waiting = 0;    ///< held by the producer for credit now
+};
+
+/// The whole run.
+struct RunReport {
+  std::string pipeline;
+  bool ok = true;
+  bool finished = false;
+  double duration_s = 0;
+  std::string error;
+  std::vector<StageReport> stages;
+  std::vector<EdgeReport> edges;
+
+  /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks.
+  std::string to_json() const;
+  const StageReport* stage(const std::string& id) const;
+  const EdgeReport* edge(const std::string& from, const std::string& to) const;
+};
+
+}  // namespace swarmflow

@@ -1,0 +1,67 @@
+#pragma once
+/// \file runtime.hpp
+/// Embeds swarmflow: load a pipeline, add your own stages, subscribe to
+/// outputs, run, and read the report. Everything runs in this process; no
+/// server needs to be started.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <swarmflow/envelope.hpp>
+#include <swarmflow/registry.hpp>
+#include <swarmflow/report.hpp>
+#include <swarmflow/status.hpp>
+
+namespace swarmflow {
+
+/// Options of a run that the pipeline file does not carry.
+struct RuntimeOptions {
+  /// Worker threads per unit; 0 = the unit's `threads`, else the machine's cores.
+  int threads = 0;
+};
+
+/// A pipeline's life: load -> (subscribe) -> start -> wait, or stop.
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// The stage catalogue, with the built-in packs already added. Add your own
+  /// stages before `load_*`.
+  Registry& registry();
+
+  /// Loads and validates a pipeline definition. On failure every mistake is in
+  /// `diagnostics` (when given) and the status is `invalid_argument`.
+  Status load_file(const std::string& path, std::vector<Diagnostic>* diagnostics = nullptr);
+  Status load_string(const std::string& yaml, const std::string& name,
+                     std::vector<Diagnostic>* diagnostics = nullptr);
+
+  /// Called with every envelope emitted on `stage/port`. Runs on a worker
+  /// thread of the producing replica: keep it short. Call before `start`.
+  using Subscriber = std::function<void(const Envelope&)>;
+  Status subscribe(const std::string& stage_port, Subscriber subscriber);
+
+  /// Starts every replica. The run ends by itself when all sources end.
+  Status start();
+  /// Asks sources to end; everything in flight drains. Safe from any thread.
+  void request_stop();
+  /// Blocks until the run has ended; returns its status.
+  Status wait();
+  /// `start` then `wait`.
+  Status run();
+
+  /// The report: live while running, final after `wait`.
+  RunReport report() const;
+  /// The loaded graph in Graphviz DOT.
+  std::string dot() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace swarmflow

@@ -1,0 +1,229 @@
+#pragma once
+/// \file stage.hpp
+/// The unit of work of a pipeline. A stage declares its typed ports and
+/// parameters in `setup`, opens resources in `start`, does one step in
+/// `process` and releases resources in `stop`. One replica is driven by one
+/// actor at a time, so a stage needs no locks of its own.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <swarmflow/envelope.hpp>
+#include <swarmflow/params.hpp>
+#include <swarmflow/status.hpp>
+
+namespace swarmflow {
+
+/// A named input or output of a stage; `type` is the fully qualified name of
+/// the FlatBuffers root table it carries.
+struct PortInfo {
+  std::string name;
+  std::string type;
+  std::string description;
+};
+
+/// Port type that accepts any payload (for inspection stages such as io.jsonl).
+struct AnyPayload {
+  static constexpr const char* GetFullyQualifiedName() { return "*"; }
+};
+
+/// Typed handle of an input port, returned by `StageSpec::input`.
+template <class T>
+class InputPort {
+ public:
+  InputPort() = default;
+  int index() const { return index_; }
+
+ private:
+  friend class StageSpec;
+  explicit InputPort(int index) : index_(index) {}
+  int index_ = -1;
+};
+
+/// Typed handle of an output port, returned by `StageSpec::output`.
+template <class T>
+class OutputPort {
+ public:
+  OutputPort() = default;
+  int index() const { return index_; }
+
+ private:
+  friend class StageSpec;
+  explicit OutputPort(int index) : index_(index) {}
+  int index_ = -1;
+};
+
+/// What a stage declares in `setup`: ports and parameters, nothing else. The
+/// loader uses it to check a pipeline without running it; `swarmflow describe`
+/// prints it.
+class StageSpec {
+ public:
+  /// Declares an input port carrying root table T (generated with name strings).
+  template <class T>
+  InputPort<T> input(std::string name, std::string description = {}) {
+    return InputPort<T>(add_input(std::move(name), T::GetFullyQualifiedName(), std::move(description)));
+  }
+  /// Declares an output port carrying root table T.
+  template <class T>
+  OutputPort<T> output(std::string name, std::string description = {}) {
+    return OutputPort<T>(add_output(std::move(name), T::GetFullyQualifiedName(), std::move(description)));
+  }
+
+  /// Declares a parameter bound to `field`, which is set to the default now and
+  /// to the configured value before `start`.
+  void param(bool& field, std::string name, std::string description, bool default_value);
+  void param(std::int64_t& field, std::string name, std::string description,
+             std::int64_t default_value, ParamRange range = {});
+  void param(double& field, std::string name, std::string description, double default_value,
+             ParamRange range = {});
+  void param(std::string& field, std::string name, std::string description,
+             std::string default_value, std::vector<std::string> choices = {});
+
+  /// Sets a declared parameter. Integers are accepted for numbers. Fails with a
+  /// message fit for a user when the name is unknown, the type is wrong, or the
+  /// value is out of range.
+  Status set(const std::string& name, const ParamValue& value);
+
+  const std::vector<PortInfo>& inputs() const { return inputs_; }
+  const std::vector<PortInfo>& outputs() const { return outputs_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  /// Index of an input/output port by name, or -1.
+  int input_index(std::string_view name) const;
+  int output_index(std::string_view name) const;
+  const ParamInfo* find_param(std::string_view name) const;
+
+ private:
+  int add_input(std::string name, std::string type, std::string description);
+  int add_output(std::string name, std::string type, std::string description);
+  void add_param(ParamInfo info, void* field);
+
+  std::vector<PortInfo> inputs_;
+  std::vector<PortInfo> outputs_;
+  std::vector<ParamInfo> params_;
+  std::vector<void*> fields_;
+};
+
+/// The input of one step: the envelope that arrived and the port it came on.
+class Inputs {
+ public:
+  /// The port of this step's envelope, or -1 in a source.
+  int port() const { return port_; }
+  /// This step's envelope; null in a source.
+  const Envelope* envelope() const { return envelope_; }
+  /// The payload on `port` if this step's envelope arrived there, else null.
+  template <class T>
+  const T* get(const InputPort<T>& port) const {
+    return (envelope_ != nullptr && port_ == port.index()) ? envelope_->as<T>() : nullptr;
+  }
+  /// The envelope on `port` if this step's envelope arrived there, else null.
+  template <class T>
+  const Envelope* envelope(const InputPort<T>& port) const {
+    return port_ == port.index() ? envelope_ : nullptr;
+  }
+
+  /// Used by the host.
+  void reset(int port, const Envelope* envelope) {
+    port_ = port;
+    envelope_ = envelope;
+  }
+
+ private:
+  int port_ = -1;
+  const Envelope* envelope_ = nullptr;
+};
+
+/// Where a step puts what it produced. Nothing leaves until the step returns
+/// ok; the output of a failed step is discarded.
+class Outputs {
+ public:
+  struct Item {
+    int port;
+    Envelope envelope;
+  };
+
+  /// Emits `payload` on `port` with the header of this step's input envelope
+  /// (stream, sequence, capture time carry through the pipeline).
+  template <class T>
+  void emit(const OutputPort<T>& port, PayloadPtr payload) {
+    items_.push_back(Item{port.index(), Envelope(base_, std::move(payload))});
+  }
+  /// Emits `payload` under an explicit header; sources use this.
+  template <class T>
+  void emit(const OutputPort<T>& port, PayloadPtr payload, const EnvelopeHeader& header) {
+    items_.push_back(Item{port.index(), Envelope(header, std::move(payload))});
+  }
+  /// Takes the finished buffer out of `builder` and emits it (no copy).
+  template <class T>
+  void emit(const OutputPort<T>& port, flatbuffers::FlatBufferBuilder& builder) {
+    emit(port, Payload::from_builder(builder));
+  }
+  /// Passes an envelope on unchanged (same payload, same header).
+  template <class T>
+  void forward(const OutputPort<T>& port, const Envelope& envelope) {
+    items_.push_back(Item{port.index(), envelope});
+  }
+  /// The header outputs inherit by default.
+  const EnvelopeHeader& base_header() const { return base_; }
+
+  /// Used by the host.
+  void reset(const EnvelopeHeader& base) {
+    base_ = base;
+    items_.clear();
+  }
+  std::vector<Item>& items() { return items_; }
+
+ private:
+  EnvelopeHeader base_;
+  std::vector<Item> items_;
+};
+
+/// What a stage may ask of the replica that hosts it.
+class StageContext {
+ public:
+  virtual ~StageContext() = default;
+  /// The stage's id in the pipeline.
+  virtual const std::string& stage_id() const = 0;
+  /// This replica's index, 0-based, and the number of replicas of the stage.
+  virtual int replica() const = 0;
+  virtual int replica_count() const = 0;
+  /// Steady-clock time in nanoseconds.
+  virtual std::int64_t now_ns() const = 0;
+  /// The unit's speed factor (1 = nominal); `sim.*` stages scale their work by it.
+  virtual double speed() const = 0;
+  /// True once the run is stopping; a source should return end of stream.
+  virtual bool stop_requested() const = 0;
+  /// A source that is not due yet calls this and returns ok without output;
+  /// the host calls it again at `t_ns` (steady clock) instead of at once.
+  virtual void defer_until(std::int64_t t_ns) = 0;
+  /// Marks a source as live: it produces on its own clock (a camera), so when
+  /// flow control has no credit its envelopes are dropped and counted rather
+  /// than waited for. Call in `start`.
+  virtual void set_live(bool live) = 0;
+  /// A named counter of this replica, summed over replicas in the run report.
+  /// The reference stays valid for the replica's lifetime, across restarts.
+  virtual std::atomic<std::int64_t>& counter(std::string_view name) = 0;
+};
+
+/// Base class of every stage.
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  /// Declares ports and parameters; does nothing else.
+  virtual void setup(StageSpec& spec) = 0;
+  /// Opens resources. If it fails, nothing else is called.
+  virtual Status start(StageContext& /*context*/) { return {}; }
+  /// One step. A source (no inputs) produces and returns ok, or returns end of
+  /// stream when done. Errors and exceptions restart the stage with backoff.
+  virtual Status process(Inputs& inputs, Outputs& outputs, StageContext& context) = 0;
+  /// Releases resources.
+  virtual void stop(StageContext& /*context*/) {}
+  /// Optional state transfer for stateful stages that may migrate or restart.
+  virtual bool snapshot(std::string& /*out*/) const { return false; }
+  virtual Status restore(const std::string& /*state*/) { return Status::error("restore not supported"); }
+};
+
+}  // namespace swarmflow

@@ -1,0 +1,98 @@
+#pragma once
+// The parsed and validated form of a pipeline definition (YAML).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <swarmflow/params.hpp>
+#include <swarmflow/registry.hpp>
+#include <swarmflow/status.hpp>
+
+namespace swarmflow::config {
+
+/// 1-based position in the definition file.
+struct SourceLoc {
+  int line = 0;
+  int column = 0;
+};
+
+/// What an edge does when the consumer has no credit left.
+enum class Overflow { block, drop_oldest, drop_newest };
+const char* to_string(Overflow overflow);
+
+/// `inputs: {port: stage/port}` entry.
+struct InputDecl {
+  std::string port;        ///< input port of this stage
+  std::string from_stage;  ///< producing stage id
+  std::string from_port;   ///< producing output port
+  SourceLoc loc;           ///< of the value `stage/port`
+};
+
+/// `queue: {capacity, overflow}`; applies to every input edge of the stage.
+struct QueueDecl {
+  int capacity = 8;
+  Overflow overflow = Overflow::block;
+};
+
+/// One entry of `params:` as written.
+struct ParamDecl {
+  std::string name;
+  ParamValue value;  ///< already converted to the declared kind
+  SourceLoc loc;
+};
+
+/// One entry of `stages:`.
+struct StageDecl {
+  std::string id;
+  std::string type;
+  int replicas = 1;       ///< initial count
+  int min_replicas = 1;   ///< from `replicas: {min, max}`; equal to replicas otherwise
+  int max_replicas = 1;
+  std::vector<ParamDecl> params;
+  std::vector<InputDecl> inputs;
+  QueueDecl queue;
+  bool keyed = false;     ///< `key: stream`
+  bool feedback = false;  ///< `feedback: true` allows this stage's inputs to close a cycle
+  SourceLoc loc;          ///< of the `- id:` entry
+};
+
+/// One compute unit. `units: N` yields N units named u0..u{N-1}.
+struct UnitDecl {
+  std::string id;
+  std::string endpoint;    ///< empty = in this process
+  int threads = 0;         ///< 0 = machine's cores
+  double speed = 1.0;
+  std::string public_key;
+};
+
+/// `placement:` block.
+struct PlacementDecl {
+  std::string policy = "static";
+  double rebalance_above = 0.85;
+  int interval_ms = 250;
+};
+
+/// A whole pipeline definition.
+struct PipelineSpec {
+  std::string name;
+  std::string file;  ///< path or name of the text it came from
+  std::vector<UnitDecl> units;
+  std::vector<StageDecl> stages;
+  PlacementDecl placement;
+  std::string coordinator;  ///< endpoint, optional
+
+  const StageDecl* find_stage(const std::string& id) const;
+};
+
+/// Parses and validates a definition against the stage types of `registry`.
+/// Returns nothing when there is any mistake; then `diagnostics` holds all of
+/// them, each with file:line:col and a hint.
+std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Registry& registry,
+                                               std::vector<Diagnostic>& diagnostics);
+std::optional<PipelineSpec> load_pipeline_string(const std::string& text, const std::string& name,
+                                                 const Registry& registry,
+                                                 std::vector<Diagnostic>& diagnostics);
+
+}  // namespace swarmflow::config

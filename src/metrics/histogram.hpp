@@ -1,0 +1,40 @@
+#pragma once
+// A latency histogram with bounded memory: log-linear buckets from 1 us to
+// about 10^4 s at ~1.5% relative precision. Not thread-safe; merge per-thread
+// copies.
+
+#include <array>
+#include <cstdint>
+
+#include <swarmflow/report.hpp>
+
+namespace swarmflow::metrics {
+
+class LatencyHistogram {
+ public:
+  /// Records one value in nanoseconds; negative values count as 0.
+  void record(std::int64_t ns);
+  /// Adds all of `other`'s samples.
+  void merge(const LatencyHistogram& other);
+  std::uint64_t count() const { return count_; }
+  /// The value at quantile q in [0, 1], in nanoseconds (upper edge of its bucket,
+  /// never above the largest value recorded).
+  std::int64_t quantile_ns(double q) const;
+  std::int64_t max_ns() const { return max_; }
+  /// p50/p99/p99.9/max in milliseconds.
+  LatencySummary summary() const;
+
+ private:
+  static constexpr int kSubBits = 6;                 // 64 linear sub-buckets per power of two
+  static constexpr int kSub = 1 << kSubBits;
+  static constexpr int kPowers = 44;                 // 1 us * 2^44 > 10^4 s... in ns units below
+  static constexpr int kBuckets = kPowers * kSub;
+  static int bucket_of(std::int64_t ns);
+  static std::int64_t upper_edge(int bucket);
+
+  std::array<std::uint32_t, kBuckets> buckets_{};
+  std::uint64_t count_ = 0;
+  std::int64_t max_ = 0;
+};
+
+}  // namespace swarmflow::metrics

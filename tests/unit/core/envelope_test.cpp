@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include <swarmflow/envelope.hpp>
+#include <swarmflow/schema/blob_generated.h>
+
+namespace swarmflow {
+namespace {
+
+PayloadPtr make_blob(std::uint64_t seq, std::size_t bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::uint8_t* data = nullptr;
+  auto v = fbb.CreateUninitializedVector(bytes, &data);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i);
+  fbb.Finish(schema::CreateBlob(fbb, 1, seq, v), schema::BlobIdentifier());
+  return Payload::from_builder(fbb);
+}
+
+TEST(Envelope, PayloadFromBuilderKeepsIdentifierAndContent) {
+  auto p = make_blob(42, 100);
+  EXPECT_EQ(p->identifier(), "SFBL");
+  const auto* blob = p->root<schema::Blob>();
+  ASSERT_NE(blob, nullptr);
+  EXPECT_EQ(blob->seq(), 42U);
+  ASSERT_EQ(blob->data()->size(), 100U);
+  EXPECT_EQ(blob->data()->Get(99), 99);
+}
+
+TEST(Envelope, CopyingAnEnvelopeSharesThePayloadBytes) {
+  EnvelopeHeader h;
+  h.stream = 3;
+  h.seq = 7;
+  Envelope a(h, make_blob(7, 1000));
+  Envelope b = a;
+  Envelope c = a.with_header(EnvelopeHeader{});
+  EXPECT_EQ(a.payload().get(), b.payload().get());
+  EXPECT_EQ(a.payload()->data(), c.payload()->data());
+  EXPECT_EQ(b.header().seq, 7U);
+  EXPECT_EQ(c.header().seq, 0U);
+}
+
+TEST(Envelope, HopTraceKeepsTheOldestWhenFull) {
+  EnvelopeHeader h;
+  for (int i = 0; i < static_cast<int>(kMaxHops) + 3; ++i) h.add_hop(i);
+  EXPECT_EQ(h.hop_count, kMaxHops);
+  EXPECT_EQ(h.hop_ns[0], 0);
+  EXPECT_EQ(h.hop_ns[kMaxHops - 1], static_cast<std::int64_t>(kMaxHops) - 1);
+}
+
+TEST(Envelope, ShortBufferHasNoIdentifier) {
+  std::uint8_t bytes[3] = {1, 2, 3};
+  EXPECT_TRUE(Payload::copy_of(bytes, sizeof bytes)->identifier().empty());
+}
+
+}  // namespace
+}  // namespace swarmflow
