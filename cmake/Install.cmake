@@ -17,6 +17,14 @@ install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime
         INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(TARGETS swarmflow RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 
+# Installed binaries find swarmflow's libraries relative to themselves, so any
+# prefix works (`cmake --install build --prefix DIR`), not only the one that
+# CMAKE_INSTALL_RPATH named at configure time.
+file(RELATIVE_PATH _bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
+set_target_properties(swarmflow_core swarmflow_runtime swarmflow_actors_sim swarmflow_actors_io
+  PROPERTIES INSTALL_RPATH "$ORIGIN")
+set_target_properties(swarmflow PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
+
 set(_cfg_dir "${CMAKE_INSTALL_LIBDIR}/cmake/swarmflow")
 install(EXPORT swarmflowTargets NAMESPACE swarmflow:: DESTINATION "${_cfg_dir}")
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/swarmflowConfig.cmake.in"

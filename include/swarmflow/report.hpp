@@ -30,6 +30,7 @@ struct StageReport {
   std::uint64_t restarts = 0;
   std::uint64_t dead_letters = 0;  ///< envelopes given up after repeated failures
   std::uint64_t queued = 0;        ///< envelopes waiting at its replicas now
+  std::uint64_t queue_peak = 0;    ///< the most that ever waited at one replica
   std::map<std::string, std::int64_t> counters;  ///< the stage's own named counters
   LatencySummary latency;  ///< capture-to-completion, recorded at sinks
 };
@@ -42,6 +43,7 @@ struct EdgeReport {
   std::uint64_t delivered = 0;  ///< accepted by a replica of the consumer
   std::uint64_t dropped = 0;    ///< dropped by the overflow policy or at a live source
   std::uint64_t waiting = 0;    ///< held by the producer for credit now
+  std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
 };
 
 /// The whole run.

@@ -1,1 +1,214 @@
-int main() { return 0; }
+// The `swarmflow` command: run, validate, graph and describe pipelines.
+// Exit codes: 0 ok, 1 runtime failure, 2 invalid pipeline or usage.
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <swarmflow/swarmflow.hpp>
+
+#include "cli/progress.hpp"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitInvalid = 2;
+
+std::atomic<int> g_signals{0};
+
+void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) _exit(kExitRuntime);  // second signal: stop now
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int load(swarmflow::Runtime& rt, const std::string& file) {
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  swarmflow::Status s = rt.load_file(file, &diagnostics);
+  if (s.ok()) return kExitOk;
+  std::fputs(swarmflow::format_diagnostics(diagnostics).c_str(), stderr);
+  std::fprintf(stderr, "%zu error%s in %s\n", diagnostics.size(), diagnostics.size() == 1 ? "" : "s", file.c_str());
+  return kExitInvalid;
+}
+
+struct RunArgs {
+  std::string file;
+  std::string report;
+  double duration_s = 0;
+  bool quiet = false;
+  int threads = 0;
+};
+
+int cmd_run(const RunArgs& args) {
+  swarmflow::RuntimeOptions options;
+  options.threads = args.threads;
+  swarmflow::Runtime rt(options);
+  if (int rc = load(rt, args.file); rc != kExitOk) return rc;
+  install_signal_handlers();
+  swarmflow::Status s = rt.start();
+  if (!s.ok()) {
+    std::fprintf(stderr, "swarmflow: %s\n", s.message().c_str());
+    return kExitRuntime;
+  }
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_print = t0;
+  swarmflow::RunReport previous = rt.report();
+  bool stop_sent = false;
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    swarmflow::RunReport now = rt.report();
+    if (now.finished) break;
+    const auto t = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(t - t0).count();
+    if (!stop_sent && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
+      if (g_signals.load() > 0) std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
+      rt.request_stop();
+      stop_sent = true;
+    }
+    const double since = std::chrono::duration<double>(t - last_print).count();
+    if (!args.quiet && since >= (tty ? 0.5 : 2.0)) {
+      const std::string line = swarmflow::cli::progress_line(now, previous, since);
+      std::fprintf(stderr, tty ? "\r%s\x1b[K" : "%s\n", line.c_str());
+      previous = std::move(now);
+      last_print = t;
+    }
+  }
+  s = rt.wait();
+  if (!args.quiet && tty) std::fputs("\n", stderr);
+  const swarmflow::RunReport report = rt.report();
+  std::fputs(swarmflow::cli::summary_table(report).c_str(), stdout);
+  if (!args.report.empty()) {
+    std::ofstream out(args.report);
+    out << report.to_json() << '\n';
+    if (!out) {
+      std::fprintf(stderr, "swarmflow: cannot write report to %s\n", args.report.c_str());
+      return kExitRuntime;
+    }
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "swarmflow: run failed: %s\n", s.message().c_str());
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+int cmd_validate(const std::string& file) {
+  swarmflow::Runtime rt;
+  if (int rc = load(rt, file); rc != kExitOk) return rc;
+  std::printf("%s: ok\n", file.c_str());
+  return kExitOk;
+}
+
+int cmd_graph(const std::string& file) {
+  swarmflow::Runtime rt;
+  if (int rc = load(rt, file); rc != kExitOk) return rc;
+  std::fputs(rt.dot().c_str(), stdout);
+  return kExitOk;
+}
+
+std::string describe_range(const swarmflow::ParamInfo& p) {
+  std::string out;
+  if (p.range.min || p.range.max) {
+    auto num = [](double v) {
+      std::ostringstream os;
+      os << v;
+      return os.str();
+    };
+    out = "[" + (p.range.min ? num(*p.range.min) : std::string("-inf")) + ", " +
+          (p.range.max ? num(*p.range.max) : std::string("inf")) + "]";
+  }
+  if (!p.choices.empty()) {
+    for (const auto& c : p.choices) out += (out.empty() ? "" : "|") + c;
+  }
+  return out;
+}
+
+int cmd_describe(const std::string& type) {
+  swarmflow::Runtime rt;
+  const auto& registry = rt.registry();
+  if (type.empty()) {
+    for (const auto* t : registry.all()) std::printf("%-24s %s\n", t->name.c_str(), t->description.c_str());
+    return kExitOk;
+  }
+  const auto* t = registry.find(type);
+  if (t == nullptr) {
+    std::string near = registry.nearest(type);
+    std::fprintf(stderr, "swarmflow: unknown stage type '%s'%s\n", type.c_str(),
+                 near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+    return kExitInvalid;
+  }
+  swarmflow::StageSpec spec;
+  registry.describe(type, spec);
+  std::printf("%s — %s\n", t->name.c_str(), t->description.c_str());
+  std::printf("\ninputs:\n");
+  if (spec.inputs().empty()) std::printf("  (none: a source)\n");
+  for (const auto& p : spec.inputs()) {
+    std::printf("  %-16s %-36s %s\n", p.name.c_str(), p.type.c_str(), p.description.c_str());
+  }
+  std::printf("\noutputs:\n");
+  if (spec.outputs().empty()) std::printf("  (none: a sink)\n");
+  for (const auto& p : spec.outputs()) {
+    std::printf("  %-16s %-36s %s\n", p.name.c_str(), p.type.c_str(), p.description.c_str());
+  }
+  std::printf("\nparameters:\n");
+  if (spec.params().empty()) std::printf("  (none)\n");
+  for (const auto& p : spec.params()) {
+    std::printf("  %-16s %-8s default %-10s %-16s %s\n", p.name.c_str(), swarmflow::to_string(p.kind),
+                swarmflow::to_string(p.default_value).c_str(), describe_range(p).c_str(), p.description.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"swarmflow: actor-model streaming pipelines"};
+  app.require_subcommand(1);
+
+  RunArgs run_args;
+  auto* run = app.add_subcommand("run", "run a pipeline until its sources end (Ctrl-C stops it cleanly)");
+  run->add_option("file", run_args.file, "pipeline definition (YAML)")->required();
+  run->add_option("--report", run_args.report, "write the run report as JSON to this file");
+  run->add_option("--duration", run_args.duration_s, "stop sources after this many seconds");
+  run->add_option("--threads", run_args.threads, "worker threads per unit");
+  run->add_flag("--quiet", run_args.quiet, "no progress line");
+
+  std::string validate_file;
+  auto* validate = app.add_subcommand("validate", "check a pipeline definition and report every mistake");
+  validate->add_option("file", validate_file, "pipeline definition (YAML)")->required();
+
+  std::string graph_file;
+  auto* graph = app.add_subcommand("graph", "print a pipeline as Graphviz DOT");
+  graph->add_option("file", graph_file, "pipeline definition (YAML)")->required();
+
+  std::string describe_type;
+  auto* describe = app.add_subcommand("describe", "list stage types, or show one's ports and parameters");
+  describe->add_option("type", describe_type, "stage type, e.g. sim.work");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitInvalid;
+  }
+  if (*run) return cmd_run(run_args);
+  if (*validate) return cmd_validate(validate_file);
+  if (*graph) return cmd_graph(graph_file);
+  if (*describe) return cmd_describe(describe_type);
+  return kExitInvalid;
+}

@@ -1,1 +1,90 @@
-// placeholder, replaced by its implementation
+#include "cli/progress.hpp"
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+
+namespace swarmflow::cli {
+
+namespace {
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+std::string human_rate(double per_s) {
+  if (per_s >= 1e6) return format("%.1fM/s", per_s / 1e6);
+  if (per_s >= 1e3) return format("%.1fk/s", per_s / 1e3);
+  return format("%.0f/s", per_s);
+}
+
+/// Drops on the inputs of each stage, by consumer stage id.
+std::map<std::string, std::uint64_t> drops_by_consumer(const RunReport& r) {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& e : r.edges) out[e.to.substr(0, e.to.find('/'))] += e.dropped;
+  return out;
+}
+
+}  // namespace
+
+std::string progress_line(const RunReport& now, const RunReport& previous, double interval_s) {
+  std::string line = format("[%6.1fs]", now.duration_s);
+  const auto drops = drops_by_consumer(now);
+  for (const auto& s : now.stages) {
+    const StageReport* before = previous.stage(s.id);
+    const double delta = static_cast<double>(s.processed - (before != nullptr ? before->processed : 0));
+    line += format(" | %s %s", s.id.c_str(), human_rate(interval_s > 0 ? delta / interval_s : 0).c_str());
+    if (s.queued > 0) line += format(" q=%" PRIu64, s.queued);
+    auto d = drops.find(s.id);
+    if (d != drops.end() && d->second > 0) line += format(" drop=%" PRIu64, d->second);
+    if (s.restarts > 0) line += format(" restarts=%" PRIu64, s.restarts);
+  }
+  return line;
+}
+
+std::string summary_table(const RunReport& r) {
+  std::string out;
+  out += format("pipeline %s: %s in %.2f s\n", r.pipeline.c_str(), r.ok ? "ok" : "FAILED", r.duration_s);
+  if (!r.error.empty()) out += format("  error: %s\n", r.error.c_str());
+  out += format("\n  %-20s %-14s %4s %12s %10s %7s %8s %6s\n", "stage", "type", "rep", "processed", "rate/s",
+                "errors", "restarts", "dead");
+  for (const auto& s : r.stages) {
+    out += format("  %-20s %-14s %4d %12" PRIu64 " %10.0f %7" PRIu64 " %8" PRIu64 " %6" PRIu64 "\n", s.id.c_str(),
+                  s.type.c_str(), s.replicas, s.processed,
+                  r.duration_s > 0 ? static_cast<double>(s.processed) / r.duration_s : 0.0, s.errors, s.restarts,
+                  s.dead_letters);
+  }
+  out += format("\n  %-32s %-32s %10s %10s %9s\n", "edge from", "to", "sent", "delivered", "dropped");
+  for (const auto& e : r.edges) {
+    out += format("  %-32s %-32s %10" PRIu64 " %10" PRIu64 " %9" PRIu64 "\n", e.from.c_str(), e.to.c_str(), e.sent,
+                  e.delivered, e.dropped);
+  }
+  bool header = false;
+  for (const auto& s : r.stages) {
+    if (!s.sink) continue;
+    if (!header) {
+      out += format("\n  %-20s %10s %8s %8s %9s %9s %9s %9s %9s\n", "sink", "received", "lost", "dup", "reorder",
+                    "p50 ms", "p99 ms", "p99.9 ms", "max ms");
+      header = true;
+    }
+    auto counter = [&](const char* name, std::int64_t fallback) {
+      auto it = s.counters.find(name);
+      return it == s.counters.end() ? fallback : it->second;
+    };
+    out += format("  %-20s %10" PRId64 " %8" PRId64 " %8" PRId64 " %9" PRId64 " %9.3f %9.3f %9.3f %9.3f\n",
+                  s.id.c_str(), counter("received", static_cast<std::int64_t>(s.processed)), counter("lost", 0),
+                  counter("duplicate", 0), counter("reordered", 0), s.latency.p50_ms, s.latency.p99_ms,
+                  s.latency.p999_ms, s.latency.max_ms);
+  }
+  return out;
+}
+
+}  // namespace swarmflow::cli

@@ -1,1 +1,1020 @@
-// placeholder, replaced by its implementation
+// Reads a pipeline definition (YAML) into a PipelineSpec and checks it against
+// the stage catalogue. Every mistake is collected, none stops the reading, and
+// the diagnostics come out in file order.
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/pipeline_spec.hpp"
+
+namespace swarmflow::config {
+
+const char* to_string(Overflow overflow) {
+  switch (overflow) {
+    case Overflow::block: return "block";
+    case Overflow::drop_oldest: return "drop_oldest";
+    case Overflow::drop_newest: return "drop_newest";
+  }
+  return "?";
+}
+
+const StageDecl* PipelineSpec::find_stage(const std::string& id) const {
+  for (const auto& stage : stages) {
+    if (stage.id == id) return &stage;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// -- vocabulary ---
+
+const std::vector<std::string> kTopKeys = {"pipeline", "units", "coordinator", "stages", "placement"};
+const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
+const std::vector<std::string> kStageKeys = {"id",    "type", "replicas", "params",   "inputs",
+                                             "queue", "key",  "feedback", "placement"};
+const std::vector<std::string> kReplicaKeys = {"min", "max"};
+const std::vector<std::string> kQueueKeys = {"capacity", "overflow"};
+const std::vector<std::string> kStagePlacementKeys = {"units", "spread"};
+const std::vector<std::string> kPlacementKeys = {"policy", "rebalance_above", "interval_ms"};
+const std::vector<std::string> kOverflows = {"block", "drop_oldest", "drop_newest"};
+const std::vector<std::string> kPolicies = {"static", "adaptive"};
+
+constexpr std::int64_t kMaxUnits = 4096;
+constexpr std::int64_t kMaxReplicas = 4096;
+constexpr std::int64_t kMaxCapacity = 1'000'000;
+constexpr std::int64_t kMaxThreads = 4096;
+
+// -- text ---
+
+std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
+
+/// The candidate closest to `name`, or empty when none is close enough to be
+/// a plausible typo (the same threshold as Registry::nearest).
+std::string nearest_of(std::string_view name, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::string::npos;
+  for (const auto& candidate : candidates) {
+    const std::size_t d = edit_distance(name, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  if (best_distance > std::max<std::size_t>(3, name.size() / 2)) return {};
+  return best;
+}
+
+/// "did you mean 'x'?" or, with no close candidate, the whole list.
+std::string suggest(std::string_view name, const std::vector<std::string>& candidates,
+                    const std::string& list_intro) {
+  const std::string best = nearest_of(name, candidates);
+  if (!best.empty()) return "did you mean " + in_quotes(best) + "?";
+  return list_intro + join(candidates);
+}
+
+bool is_identifier(std::string_view text) {
+  if (text.empty()) return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+std::string format_number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::optional<std::int64_t> parse_integer(const std::string& text) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (begin != end && *begin == '+') ++begin;
+  if (begin == end || *begin == '+') return std::nullopt;
+  std::int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_number(const std::string& text) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (begin != end && *begin == '+') ++begin;
+  if (begin == end || *begin == '+') return std::nullopt;
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+// -- YAML nodes ---
+
+SourceLoc loc_of(const YAML::Mark& mark) {
+  if (mark.line < 0 || mark.column < 0) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+SourceLoc loc_of(const YAML::Node& node) { return loc_of(node.Mark()); }
+
+/// A quoted scalar ("10") is a string in YAML, never a number or a boolean.
+bool is_quoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
+/// A node as a user would recognise it after "got".
+std::string shown(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  return is_quoted(node) ? "\"" + node.Scalar() + "\"" : node.Scalar();
+}
+
+/// One `key: value` of a map.
+struct Entry {
+  std::string name;
+  YAML::Node key;
+  YAML::Node value;
+
+  SourceLoc key_loc() const { return loc_of(key); }
+  /// The value's position; the key's when the value is empty (yaml-cpp puts
+  /// an empty value at the start of the next line).
+  SourceLoc value_loc() const { return value.IsNull() ? key_loc() : loc_of(value); }
+};
+
+/// The entries of a map in file order.
+struct Entries {
+  std::vector<Entry> items;
+
+  const Entry* find(std::string_view name) const {
+    for (const auto& e : items) {
+      if (e.name == name) return &e;
+    }
+    return nullptr;
+  }
+};
+
+// -- parameters ---
+
+const char* kind_phrase(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::boolean: return "a boolean (true or false)";
+    case ParamKind::integer: return "an integer";
+    case ParamKind::number: return "a number";
+    case ParamKind::string: return "a string";
+  }
+  return "?";
+}
+
+/// What a parameter takes, as `swarmflow describe` would say it.
+std::string param_hint(const ParamInfo& info) {
+  std::string text = in_quotes(info.name) + " takes " + kind_phrase(info.kind);
+  if (info.range.min || info.range.max) {
+    text += " in [" + (info.range.min ? format_number(*info.range.min) : std::string("-inf")) + ", " +
+            (info.range.max ? format_number(*info.range.max) : std::string("inf")) + "]";
+  }
+  if (!info.choices.empty()) text += ", one of: " + join(info.choices);
+  text += ", default " + swarmflow::to_string(info.default_value);
+  if (!info.description.empty()) text += ": " + info.description;
+  return text;
+}
+
+/// Converts a YAML value to the parameter's declared kind, or nothing when it
+/// is not written as that kind.
+std::optional<ParamValue> convert_param(const YAML::Node& node, ParamKind kind) {
+  if (!node.IsScalar()) return std::nullopt;
+  const std::string& text = node.Scalar();
+  if (kind == ParamKind::string) return ParamValue{text};
+  if (is_quoted(node)) return std::nullopt;
+  switch (kind) {
+    case ParamKind::boolean: {
+      bool value = false;
+      if (!YAML::convert<bool>::decode(node, value)) return std::nullopt;
+      return ParamValue{value};
+    }
+    case ParamKind::integer:
+      if (auto value = parse_integer(text)) return ParamValue{*value};
+      return std::nullopt;
+    case ParamKind::number:
+      if (auto value = parse_number(text)) return ParamValue{*value};
+      return std::nullopt;
+    case ParamKind::string: break;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> port_names(const std::vector<PortInfo>& ports) {
+  std::vector<std::string> names;
+  names.reserve(ports.size());
+  for (const auto& p : ports) names.push_back(p.name);
+  return names;
+}
+
+bool accepts(const PortInfo& input, const PortInfo& output) {
+  return input.type == "*" || input.type == output.type;
+}
+
+// -- the loader ---
+
+/// What the checks across stages need to know about a stage beyond its decl.
+struct StageFacts {
+  bool id_ok = false;                  ///< a well-formed id that is not a duplicate
+  bool type_known = false;             ///< `ports` holds the type's declared ports
+  StageSpec ports;                     ///< from Registry::describe; ports only
+  SourceLoc inputs_loc;                ///< of the `inputs:` key, if any
+  std::set<std::string> named_inputs;  ///< input ports the definition mentions
+};
+
+/// A connection whose producing stage exists, for the cycle check.
+struct Link {
+  std::size_t from = 0;
+  std::size_t to = 0;
+  std::size_t input = 0;  ///< index into the consumer's decl.inputs
+};
+
+class Loader {
+ public:
+  Loader(std::string file, const Registry& registry, std::vector<Diagnostic>& diagnostics)
+      : file_(std::move(file)),
+        registry_(registry),
+        diagnostics_(diagnostics),
+        first_diagnostic_(diagnostics.size()) {
+    spec_.file = file_;
+  }
+
+  std::optional<PipelineSpec> load(const std::string& text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      report(loc_of(e.mark), "YAML syntax error: " + e.msg,
+             "fix the YAML near this position (indentation, brackets, quotes, `key: value`)");
+      return std::nullopt;
+    }
+    try {
+      read_root(root);
+      if (stages_read_) check_across_stages();
+    } catch (const YAML::Exception& e) {
+      report(loc_of(e.mark), "cannot read the definition: " + e.msg, {});
+    }
+    sort_diagnostics();
+    if (diagnostics_.size() > first_diagnostic_) return std::nullopt;
+    return std::move(spec_);
+  }
+
+ private:
+  // -- diagnostics ---
+
+  void report(SourceLoc where, std::string message, std::string hint) {
+    diagnostics_.push_back(Diagnostic{file_, where.line, where.column, std::move(message), std::move(hint)});
+  }
+
+  void sort_diagnostics() {
+    std::stable_sort(diagnostics_.begin() + static_cast<std::ptrdiff_t>(first_diagnostic_),
+                     diagnostics_.end(), [](const Diagnostic& a, const Diagnostic& b) {
+                       return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+                     });
+  }
+
+  // -- generic readers ---
+
+  /// The entries of a map node. Reports a node that is not a map, unknown keys
+  /// (when `known` is not empty) and keys given twice; those are left out.
+  std::optional<Entries> read_map(const YAML::Node& node, SourceLoc where, const std::string& what,
+                                  const std::vector<std::string>& known) {
+    if (!node.IsMap()) {
+      report(where, what + " must be a map, got " + shown(node),
+             "write it as `key: value` lines, or `{key: value, ...}`");
+      return std::nullopt;
+    }
+    Entries entries;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      Entry entry{{}, it->first, it->second};
+      if (!entry.key.IsScalar()) {
+        report(entry.key_loc(), "a key of " + what + " is not a name", "write keys as plain names");
+        continue;
+      }
+      entry.name = entry.key.Scalar();
+      if (!known.empty() && std::find(known.begin(), known.end(), entry.name) == known.end()) {
+        report(entry.key_loc(), "unknown key " + in_quotes(entry.name) + " in " + what,
+               suggest(entry.name, known, "known keys: "));
+        continue;
+      }
+      if (const Entry* first = entries.find(entry.name)) {
+        report(entry.key_loc(), in_quotes(entry.name) + " is given twice in " + what,
+               "remove one of them; the first is at line " + std::to_string(first->key_loc().line));
+        continue;
+      }
+      entries.items.push_back(std::move(entry));
+    }
+    return entries;
+  }
+
+  std::optional<std::string> read_string(const Entry& e, const std::string& what) {
+    if (!e.value.IsScalar()) {
+      report(e.value_loc(), what + " must be a string, got " + shown(e.value), "write a single value");
+      return std::nullopt;
+    }
+    return e.value.Scalar();
+  }
+
+  std::optional<std::int64_t> read_integer(const Entry& e, const std::string& what, std::int64_t min,
+                                           std::int64_t max, const std::string& hint) {
+    std::optional<std::int64_t> value;
+    if (e.value.IsScalar() && !is_quoted(e.value)) value = parse_integer(e.value.Scalar());
+    if (!value) {
+      report(e.value_loc(), what + " must be an integer, got " + shown(e.value), hint);
+      return std::nullopt;
+    }
+    if (*value < min || *value > max) {
+      report(e.value_loc(),
+             what + " must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
+                 std::to_string(*value),
+             hint);
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  std::optional<double> read_number(const Entry& e, const std::string& what, const std::string& hint) {
+    std::optional<double> value;
+    if (e.value.IsScalar() && !is_quoted(e.value)) value = parse_number(e.value.Scalar());
+    if (!value) report(e.value_loc(), what + " must be a number, got " + shown(e.value), hint);
+    return value;
+  }
+
+  std::optional<bool> read_boolean(const Entry& e, const std::string& what) {
+    bool value = false;
+    if (e.value.IsScalar() && !is_quoted(e.value) && YAML::convert<bool>::decode(e.value, value)) {
+      return value;
+    }
+    report(e.value_loc(), what + " must be true or false, got " + shown(e.value),
+           "write `" + e.name + ": true` or `" + e.name + ": false`");
+    return std::nullopt;
+  }
+
+  // -- top level ---
+
+  void read_root(const YAML::Node& root) {
+    if (!root.IsDefined() || root.IsNull()) {
+      report({1, 1}, "the pipeline definition is empty", "start with `pipeline: NAME` and a `stages:` list");
+      return;
+    }
+    auto entries = read_map(root, loc_of(root), "the pipeline definition", kTopKeys);
+    if (!entries) return;
+    read_name(*entries, root);
+    if (const Entry* e = entries->find("coordinator")) {
+      if (auto endpoint = read_string(*e, "'coordinator'")) spec_.coordinator = *endpoint;
+    }
+    read_units(entries->find("units"));
+    read_stages(entries->find("stages"), root);
+    if (const Entry* e = entries->find("placement")) read_placement(*e);
+  }
+
+  void read_name(const Entries& entries, const YAML::Node& root) {
+    const Entry* e = entries.find("pipeline");
+    if (e == nullptr) {
+      report(loc_of(root), "the pipeline has no name", "add `pipeline: NAME` at the top");
+      return;
+    }
+    auto name = read_string(*e, "'pipeline'");
+    if (!name) return;
+    if (name->empty()) {
+      report(e->value_loc(), "the pipeline name is empty", "write `pipeline: NAME`");
+      return;
+    }
+    spec_.name = *name;
+  }
+
+  // -- units ---
+
+  void read_units(const Entry* e) {
+    const std::size_t errors = diagnostics_.size();
+    if (e == nullptr) {
+      spec_.units.push_back(UnitDecl{"u0", {}, 0, 1.0, {}});
+    } else if (e->value.IsScalar()) {
+      auto count = read_integer(*e, "'units'", 1, kMaxUnits,
+                                "give a number of units, or a list of `{id, endpoint, threads, speed}`");
+      for (std::int64_t i = 0; count && i < *count; ++i) {
+        spec_.units.push_back(UnitDecl{"u" + std::to_string(i), {}, 0, 1.0, {}});
+      }
+    } else if (e->value.IsSequence() && e->value.size() > 0) {
+      for (std::size_t i = 0; i < e->value.size(); ++i) read_unit(e->value[i], i);
+    } else {
+      report(e->value_loc(), "'units' must be a number or a list of units, got " + shown(e->value),
+             "write `units: 4`, or a list of `{id, endpoint, threads, speed}`");
+    }
+    units_ok_ = diagnostics_.size() == errors;
+  }
+
+  void read_unit(const YAML::Node& node, std::size_t index) {
+    const std::string what = "unit " + std::to_string(index + 1);
+    auto entries = read_map(node, loc_of(node), what, kUnitKeys);
+    if (!entries) return;
+    UnitDecl unit{"u" + std::to_string(index), {}, 0, 1.0, {}};
+    if (const Entry* e = entries->find("id")) {
+      auto id = read_string(*e, what + " id");
+      if (id && !is_identifier(*id)) {
+        report(e->value_loc(), "unit id " + in_quotes(*id) + " is not a valid name",
+               "use letters, digits, '_' and '-' only");
+      } else if (id) {
+        unit.id = *id;
+      }
+    }
+    for (const auto& other : spec_.units) {
+      if (other.id == unit.id) {
+        const Entry* e = entries->find("id");
+        report(e != nullptr ? e->value_loc() : loc_of(node),
+               "unit id " + in_quotes(unit.id) + " is used twice", "give every unit its own id");
+      }
+    }
+    if (const Entry* e = entries->find("endpoint")) {
+      if (auto endpoint = read_string(*e, what + " endpoint")) unit.endpoint = *endpoint;
+    }
+    if (const Entry* e = entries->find("threads")) {
+      if (auto threads = read_integer(*e, what + " threads", 0, kMaxThreads,
+                                      "worker threads of the unit; 0 = the machine's cores")) {
+        unit.threads = static_cast<int>(*threads);
+      }
+    }
+    if (const Entry* e = entries->find("speed")) {
+      auto speed = read_number(*e, what + " speed", "a positive factor; 1 = nominal speed");
+      if (speed && *speed <= 0) {
+        report(e->value_loc(), what + " speed must be positive, got " + format_number(*speed),
+               "a positive factor; 1 = nominal speed");
+      } else if (speed) {
+        unit.speed = *speed;
+      }
+    }
+    if (const Entry* e = entries->find("public_key")) {
+      if (auto key = read_string(*e, what + " public_key")) unit.public_key = *key;
+    }
+    spec_.units.push_back(std::move(unit));
+  }
+
+  // -- stages ---
+
+  void read_stages(const Entry* e, const YAML::Node& root) {
+    if (e == nullptr) {
+      report(loc_of(root), "the pipeline has no 'stages'", "add a `stages:` list with at least one stage");
+      return;
+    }
+    if (!e->value.IsSequence()) {
+      report(e->value_loc(), "'stages' must be a list, got " + shown(e->value),
+             "write each stage as a list item starting with `- id:`");
+      return;
+    }
+    if (e->value.size() == 0) {
+      report(e->value_loc(), "'stages' is empty", "add at least one stage");
+      return;
+    }
+    for (std::size_t i = 0; i < e->value.size(); ++i) read_stage(e->value[i], i);
+    stages_read_ = true;
+  }
+
+  void read_stage(const YAML::Node& node, std::size_t index) {
+    StageDecl decl;
+    StageFacts facts;
+    decl.loc = loc_of(node);
+    auto entries = read_map(node, decl.loc, provisional_stage_name(node, index), kStageKeys);
+    if (!entries) return;
+    read_stage_id(*entries, decl, facts, index);
+    const std::string what = stage_name(decl, index);
+    read_stage_type(*entries, decl, facts, what);
+    if (const Entry* e = entries->find("replicas")) read_replicas(*e, decl, what);
+    if (const Entry* e = entries->find("params")) read_params(*e, decl, what);
+    if (const Entry* e = entries->find("inputs")) read_inputs(*e, decl, facts, what);
+    if (const Entry* e = entries->find("queue")) read_queue(*e, decl, what);
+    if (const Entry* e = entries->find("key")) read_key(*e, decl, what);
+    if (const Entry* e = entries->find("feedback")) {
+      if (auto feedback = read_boolean(*e, "'feedback' of " + what)) decl.feedback = *feedback;
+    }
+    if (const Entry* e = entries->find("placement")) read_stage_placement(*e, decl, what);
+    spec_.stages.push_back(std::move(decl));
+    facts_.push_back(std::move(facts));
+  }
+
+  /// How to name a stage before its id is checked: by its id if it has one.
+  static std::string provisional_stage_name(const YAML::Node& node, std::size_t index) {
+    if (node.IsMap()) {
+      const YAML::Node id = node["id"];
+      if (id.IsDefined() && id.IsScalar() && is_identifier(id.Scalar())) {
+        return "stage " + in_quotes(id.Scalar());
+      }
+    }
+    return "stage " + std::to_string(index + 1);
+  }
+
+  static std::string stage_name(const StageDecl& decl, std::size_t index) {
+    return decl.id.empty() ? "stage " + std::to_string(index + 1) : "stage " + in_quotes(decl.id);
+  }
+
+  void read_stage_id(const Entries& entries, StageDecl& decl, StageFacts& facts, std::size_t index) {
+    const Entry* e = entries.find("id");
+    if (e == nullptr) {
+      report(decl.loc, "stage " + std::to_string(index + 1) + " has no 'id'",
+             "add `id: NAME`; other stages name it in their inputs");
+      return;
+    }
+    auto id = read_string(*e, "the stage id");
+    if (!id) return;
+    if (!is_identifier(*id)) {
+      report(e->value_loc(), "stage id " + in_quotes(*id) + " is not a valid name",
+             "use letters, digits, '_' and '-' only");
+      return;
+    }
+    decl.id = *id;
+    auto [it, inserted] = first_stage_.emplace(*id, spec_.stages.size());
+    if (!inserted) {
+      report(e->value_loc(), "duplicate stage id " + in_quotes(*id),
+             "stage ids must be unique; " + in_quotes(*id) + " is first defined at line " +
+                 std::to_string(spec_.stages[it->second].loc.line) + "; rename one of them");
+      return;
+    }
+    facts.id_ok = true;
+  }
+
+  void read_stage_type(const Entries& entries, StageDecl& decl, StageFacts& facts, const std::string& what) {
+    const Entry* e = entries.find("type");
+    if (e == nullptr) {
+      report(decl.loc, what + " has no 'type'",
+             "add `type: TYPE`; `swarmflow describe` lists the stage types");
+      return;
+    }
+    auto type = read_string(*e, "the type of " + what);
+    if (!type) return;
+    decl.type = *type;
+    if (registry_.find(*type) == nullptr) {
+      const std::string best = registry_.nearest(*type);
+      report(e->value_loc(), "unknown stage type " + in_quotes(*type),
+             (best.empty() ? std::string() : "did you mean " + in_quotes(best) + "? ") +
+                 "`swarmflow describe` lists the registered types");
+      return;
+    }
+    facts.type_known = registry_.describe(*type, facts.ports).ok();
+  }
+
+  void read_replicas(const Entry& e, StageDecl& decl, const std::string& what) {
+    const std::string hint = "give a number of replicas (1 or more), or `{min: N, max: M}`";
+    if (!e.value.IsMap()) {
+      if (auto n = read_integer(e, "'replicas' of " + what, 1, kMaxReplicas, hint)) {
+        decl.replicas = decl.min_replicas = decl.max_replicas = static_cast<int>(*n);
+      }
+      return;
+    }
+    auto entries = read_map(e.value, e.value_loc(), "'replicas' of " + what, kReplicaKeys);
+    if (!entries) return;
+    std::optional<std::int64_t> min = 1;
+    std::optional<std::int64_t> max;
+    if (const Entry* m = entries->find("min")) {
+      min = read_integer(*m, "'min' replicas of " + what, 1, kMaxReplicas, hint);
+    }
+    if (const Entry* m = entries->find("max")) {
+      max = read_integer(*m, "'max' replicas of " + what, 1, kMaxReplicas, hint);
+    }
+    if (!min || (entries->find("max") != nullptr && !max)) return;
+    if (!max) max = min;
+    if (*min > *max) {
+      report(
+          entries->find("max")->value_loc(),
+          "'replicas' of " + what + " has min " + std::to_string(*min) + " above max " + std::to_string(*max),
+          "make min at most max");
+      return;
+    }
+    decl.replicas = decl.min_replicas = static_cast<int>(*min);
+    decl.max_replicas = static_cast<int>(*max);
+  }
+
+  // -- parameters ---
+
+  void read_params(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto entries = read_map(e.value, e.value_loc(), "'params' of " + what, {});
+    const StageType* type = registry_.find(decl.type);
+    if (!entries || type == nullptr) return;
+    // A fresh instance whose fields StageSpec::set writes, so that ranges and
+    // choices are checked exactly as at run time.
+    auto stage = type->make();
+    StageSpec spec;
+    stage->setup(spec);
+    for (const auto& entry : entries->items) read_param(entry, decl, spec);
+  }
+
+  void read_param(const Entry& e, StageDecl& decl, StageSpec& spec) {
+    const ParamInfo* info = spec.find_param(e.name);
+    if (info == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& p : spec.params()) names.push_back(p.name);
+      report(e.key_loc(), "unknown parameter " + in_quotes(e.name) + " of " + decl.type,
+             names.empty() ? decl.type + " takes no parameters; remove it"
+                           : suggest(e.name, names, decl.type + " takes: "));
+      return;
+    }
+    auto value = convert_param(e.value, info->kind);
+    if (!value) {
+      report(e.value_loc(),
+             "parameter " + in_quotes(e.name) + " must be " + kind_phrase(info->kind) + ", got " +
+                 shown(e.value),
+             param_hint(*info));
+      return;
+    }
+    if (!spec.set(e.name, *value).ok()) {
+      report(e.value_loc(),
+             "parameter " + in_quotes(e.name) + " = " + swarmflow::to_string(*value) +
+                 (info->choices.empty() ? " is out of range" : " is not one of the allowed values"),
+             param_hint(*info));
+      return;
+    }
+    decl.params.push_back(ParamDecl{e.name, *value, e.value_loc()});
+  }
+
+  // -- inputs ---
+
+  void read_inputs(const Entry& e, StageDecl& decl, StageFacts& facts, const std::string& what) {
+    facts.inputs_loc = e.key_loc();
+    auto entries = read_map(e.value, e.value_loc(), "'inputs' of " + what, {});
+    if (!entries) return;
+    for (const auto& entry : entries->items) {
+      facts.named_inputs.insert(entry.name);
+      if (facts.type_known && facts.ports.input_index(entry.name) < 0) {
+        const auto& inputs = facts.ports.inputs();
+        report(entry.key_loc(), decl.type + " has no input " + in_quotes(entry.name),
+               inputs.empty() ? decl.type + " is a source and takes no inputs; remove `inputs:`"
+                              : decl.type + " inputs: " + join(port_names(inputs)));
+      }
+      read_input(entry, decl);
+    }
+  }
+
+  void read_input(const Entry& e, StageDecl& decl) {
+    const std::string hint = "write the source as `stage/port`, e.g. `" + e.name + ": camera/out`";
+    if (!e.value.IsScalar()) {
+      report(e.value_loc(),
+             "input " + in_quotes(e.name) + " must name its source as `stage/port`, got " + shown(e.value),
+             hint);
+      return;
+    }
+    const std::string& text = e.value.Scalar();
+    const auto slash = text.find('/');
+    const std::string from_stage = text.substr(0, slash);
+    const std::string from_port = slash == std::string::npos ? std::string() : text.substr(slash + 1);
+    if (!is_identifier(from_stage) || !is_identifier(from_port)) {
+      report(e.value_loc(),
+             "input " + in_quotes(e.name) + " has source " + in_quotes(text) + ", not `stage/port`", hint);
+      return;
+    }
+    decl.inputs.push_back(InputDecl{e.name, from_stage, from_port, e.value_loc()});
+  }
+
+  // -- queue, key, stage placement ---
+
+  void read_queue(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto entries = read_map(e.value, e.value_loc(), "'queue' of " + what, kQueueKeys);
+    if (!entries) return;
+    if (const Entry* c = entries->find("capacity")) {
+      if (auto capacity = read_integer(*c, "queue capacity of " + what, 1, kMaxCapacity,
+                                       "the number of envelopes each replica may hold, 1 or more")) {
+        decl.queue.capacity = static_cast<int>(*capacity);
+      }
+    }
+    if (const Entry* o = entries->find("overflow")) {
+      auto policy = read_string(*o, "overflow policy of " + what);
+      if (!policy) return;
+      if (*policy == "block") {
+        decl.queue.overflow = Overflow::block;
+      } else if (*policy == "drop_oldest") {
+        decl.queue.overflow = Overflow::drop_oldest;
+      } else if (*policy == "drop_newest") {
+        decl.queue.overflow = Overflow::drop_newest;
+      } else {
+        const std::string best = nearest_of(*policy, kOverflows);
+        report(o->value_loc(), "unknown overflow policy " + in_quotes(*policy),
+               (best.empty() ? std::string() : "did you mean " + in_quotes(best) + "? ") +
+                   "use one of: " + join(kOverflows));
+      }
+    }
+  }
+
+  void read_key(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto key = read_string(e, "'key' of " + what);
+    if (!key) return;
+    if (*key != "stream") {
+      report(e.value_loc(), "unknown routing key " + in_quotes(*key) + " of " + what,
+             "the only key is `stream`, which keeps each stream on one replica; remove `key:` otherwise");
+      return;
+    }
+    decl.keyed = true;
+  }
+
+  void read_stage_placement(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto entries = read_map(e.value, e.value_loc(), "'placement' of " + what, kStagePlacementKeys);
+    if (!entries) return;
+    if (const Entry* s = entries->find("spread")) {
+      if (auto spread = read_boolean(*s, "'spread' of " + what)) decl.spread = *spread;
+    }
+    const Entry* u = entries->find("units");
+    if (u == nullptr) return;
+    if (!u->value.IsSequence()) {
+      report(u->value_loc(),
+             "'units' of the placement of " + what + " must be a list, got " + shown(u->value),
+             "write `units: [u0, u1]`");
+      return;
+    }
+    std::vector<std::string> unit_ids;
+    for (const auto& unit : spec_.units) unit_ids.push_back(unit.id);
+    for (const auto& item : u->value) {
+      if (!item.IsScalar()) {
+        report(loc_of(item), "a unit of the placement of " + what + " is " + shown(item) + ", not a unit id",
+               "write `units: [u0, u1]`");
+        continue;
+      }
+      const std::string& id = item.Scalar();
+      if (units_ok_ && std::find(unit_ids.begin(), unit_ids.end(), id) == unit_ids.end()) {
+        report(loc_of(item), what + " is pinned to unknown unit " + in_quotes(id),
+               suggest(id, unit_ids, "units are: "));
+        continue;
+      }
+      decl.pin_units.push_back(id);
+    }
+  }
+
+  // -- pipeline placement ---
+
+  void read_placement(const Entry& e) {
+    auto entries = read_map(e.value, e.value_loc(), "'placement'", kPlacementKeys);
+    if (!entries) return;
+    if (const Entry* p = entries->find("policy")) {
+      auto policy = read_string(*p, "the placement policy");
+      if (policy && std::find(kPolicies.begin(), kPolicies.end(), *policy) == kPolicies.end()) {
+        report(p->value_loc(), "unknown placement policy " + in_quotes(*policy),
+               "use `static` (replicas stay where they start) or `adaptive` (follow the load)");
+      } else if (policy) {
+        spec_.placement.policy = *policy;
+      }
+    }
+    if (const Entry* r = entries->find("rebalance_above")) {
+      const std::string hint = "the utilisation above which replicas move, in (0, 1]";
+      auto above = read_number(*r, "'rebalance_above'", hint);
+      if (above && (*above <= 0 || *above > 1)) {
+        report(r->value_loc(), "'rebalance_above' must be in (0, 1], got " + format_number(*above), hint);
+      } else if (above) {
+        spec_.placement.rebalance_above = *above;
+      }
+    }
+    if (const Entry* i = entries->find("interval_ms")) {
+      if (auto interval = read_integer(*i, "'interval_ms'", 1, std::numeric_limits<int>::max(),
+                                       "how often units report their load, in milliseconds (1 or more)")) {
+        spec_.placement.interval_ms = static_cast<int>(*interval);
+      }
+    }
+  }
+
+  // -- checks across stages ---
+
+  void check_across_stages() {
+    std::vector<Link> links = check_sources();
+    check_unconnected();
+    check_cycles(links);
+  }
+
+  std::vector<std::string> stage_ids() const {
+    std::vector<std::string> ids;
+    for (const auto& [id, index] : first_stage_) ids.push_back(id);
+    return ids;
+  }
+
+  /// Resolves every `stage/port` source and checks port names and types.
+  std::vector<Link> check_sources() {
+    std::vector<Link> links;
+    for (std::size_t to = 0; to < spec_.stages.size(); ++to) {
+      const StageDecl& consumer = spec_.stages[to];
+      for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+        const InputDecl& in = consumer.inputs[k];
+        auto it = first_stage_.find(in.from_stage);
+        if (it == first_stage_.end()) {
+          report(in.loc,
+                 "input " + in_quotes(in.port) + " of stage " + in_quotes(consumer.id) +
+                     " comes from unknown stage " + in_quotes(in.from_stage),
+                 suggest(in.from_stage, stage_ids(), "stages are: "));
+          continue;
+        }
+        links.push_back(Link{it->second, to, k});
+        check_ports(in, consumer, facts_[to], spec_.stages[it->second], facts_[it->second]);
+      }
+    }
+    return links;
+  }
+
+  void check_ports(const InputDecl& in, const StageDecl& consumer, const StageFacts& consumer_facts,
+                   const StageDecl& producer, const StageFacts& producer_facts) {
+    if (!producer_facts.type_known) return;
+    const int out = producer_facts.ports.output_index(in.from_port);
+    if (out < 0) {
+      const auto& outputs = producer_facts.ports.outputs();
+      report(in.loc,
+             "stage " + in_quotes(producer.id) + " (" + producer.type + ") has no output " +
+                 in_quotes(in.from_port),
+             outputs.empty() ? producer.type + " is a sink and has no outputs"
+                             : producer.type + " outputs: " + join(port_names(outputs)));
+      return;
+    }
+    if (!consumer_facts.type_known) return;
+    const int index = consumer_facts.ports.input_index(in.port);
+    if (index < 0) return;
+    const PortInfo& output = producer_facts.ports.outputs()[static_cast<std::size_t>(out)];
+    const PortInfo& input = consumer_facts.ports.inputs()[static_cast<std::size_t>(index)];
+    if (!accepts(input, output)) {
+      report(in.loc,
+             "port type mismatch: " + producer.id + "/" + output.name + " carries " + output.type +
+                 " but input " + in_quotes(input.name) + " of stage " + in_quotes(consumer.id) + " takes " +
+                 input.type,
+             "connect an output of type " + input.type + compatible_outputs(input, consumer.id) +
+                 ", or add a stage that converts");
+    }
+  }
+
+  /// " (e.g. a/out, b/out)" for the outputs that `input` accepts, or nothing.
+  std::string compatible_outputs(const PortInfo& input, const std::string& consumer_id) const {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < spec_.stages.size(); ++i) {
+      if (!facts_[i].type_known || !facts_[i].id_ok || spec_.stages[i].id == consumer_id) continue;
+      for (const auto& output : facts_[i].ports.outputs()) {
+        if (accepts(input, output)) names.push_back(spec_.stages[i].id + "/" + output.name);
+      }
+    }
+    return names.empty() ? std::string() : " (e.g. " + join(names) + ")";
+  }
+
+  /// Every declared input of a stage must be connected.
+  void check_unconnected() {
+    for (std::size_t i = 0; i < spec_.stages.size(); ++i) {
+      const StageDecl& decl = spec_.stages[i];
+      const StageFacts& facts = facts_[i];
+      if (!facts.type_known) continue;
+      for (const auto& input : facts.ports.inputs()) {
+        if (facts.named_inputs.count(input.name) != 0) continue;
+        report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
+               "input " + in_quotes(input.name) + " of stage " + in_quotes(decl.id) + " is not connected",
+               "add `inputs: {" + input.name + ": STAGE/PORT}` with an output of type " + input.type +
+                   compatible_outputs(input, decl.id));
+      }
+    }
+  }
+
+  /// A cycle is legal only when one of its stages is marked `feedback: true`:
+  /// with the links into such stages left out, no cycle may remain.
+  void check_cycles(const std::vector<Link>& links) {
+    const std::size_t n = spec_.stages.size();
+    std::vector<std::vector<std::size_t>> next(n);
+    for (const auto& link : links) {
+      if (!spec_.stages[link.to].feedback) next[link.from].push_back(link.to);
+    }
+    for (const auto& component : cycles_of(next)) report_cycle(component, next, links);
+  }
+
+  /// Strongly connected components that contain a cycle (Tarjan), each sorted
+  /// by stage index; components in order of their first stage.
+  static std::vector<std::vector<std::size_t>> cycles_of(const std::vector<std::vector<std::size_t>>& next) {
+    const std::size_t n = next.size();
+    const std::size_t unvisited = std::numeric_limits<std::size_t>::max();
+    std::vector<std::size_t> order(n, unvisited);
+    std::vector<std::size_t> low(n, 0);
+    std::vector<bool> on_stack(n, false);
+    std::vector<std::size_t> stack;
+    std::vector<std::vector<std::size_t>> out;
+    std::size_t counter = 0;
+    std::function<void(std::size_t)> visit = [&](std::size_t v) {
+      order[v] = low[v] = counter++;
+      stack.push_back(v);
+      on_stack[v] = true;
+      for (std::size_t w : next[v]) {
+        if (order[w] == unvisited) {
+          visit(w);
+          low[v] = std::min(low[v], low[w]);
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], order[w]);
+        }
+      }
+      if (low[v] != order[v]) return;
+      std::vector<std::size_t> component;
+      std::size_t w = 0;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[w] = false;
+        component.push_back(w);
+      } while (w != v);
+      const bool self_loop = std::find(next[v].begin(), next[v].end(), v) != next[v].end();
+      if (component.size() > 1 || self_loop) {
+        std::sort(component.begin(), component.end());
+        out.push_back(std::move(component));
+      }
+    };
+    for (std::size_t v = 0; v < n; ++v) {
+      if (order[v] == unvisited) visit(v);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  /// Reports one cycle of `component`: the shortest one through its first stage.
+  void report_cycle(const std::vector<std::size_t>& component,
+                    const std::vector<std::vector<std::size_t>>& next, const std::vector<Link>& links) {
+    const std::size_t start = component.front();
+    const std::size_t none = std::numeric_limits<std::size_t>::max();
+    std::vector<std::size_t> parent(next.size(), none);
+    std::vector<std::size_t> queue{start};
+    std::size_t last = none;  // the stage whose output closes the cycle into `start`
+    for (std::size_t head = 0; head < queue.size() && last == none; ++head) {
+      const std::size_t v = queue[head];
+      for (std::size_t w : next[v]) {
+        if (w == start) {
+          last = v;
+          break;
+        }
+        if (parent[w] == none && std::binary_search(component.begin(), component.end(), w)) {
+          parent[w] = v;
+          queue.push_back(w);
+        }
+      }
+    }
+    std::vector<std::size_t> path{start};
+    for (std::size_t v = last; v != start; v = parent[v]) path.insert(path.begin() + 1, v);
+    std::string text;
+    for (std::size_t v : path) text += spec_.stages[v].id + " -> ";
+    text += spec_.stages[start].id;
+    SourceLoc where = spec_.stages[start].loc;
+    for (const auto& link : links) {
+      if (link.from == last && link.to == start) {
+        where = spec_.stages[start].inputs[link.input].loc;
+        break;
+      }
+    }
+    report(where, "cycle " + text + " without `feedback: true`",
+           "mark the stage that takes the loop-back input with `feedback: true` (here " +
+               in_quotes(spec_.stages[start].id) + "), or remove an edge of the cycle");
+  }
+
+  std::string file_;
+  const Registry& registry_;
+  std::vector<Diagnostic>& diagnostics_;
+  std::size_t first_diagnostic_;
+  PipelineSpec spec_;
+  std::vector<StageFacts> facts_;                   ///< parallel to spec_.stages
+  std::map<std::string, std::size_t> first_stage_;  ///< stage id -> index of its first definition
+  bool units_ok_ = false;
+  bool stages_read_ = false;
+};
+
+}  // namespace
+
+std::optional<PipelineSpec> load_pipeline_string(const std::string& text, const std::string& name,
+                                                 const Registry& registry,
+                                                 std::vector<Diagnostic>& diagnostics) {
+  return Loader(name, registry, diagnostics).load(text);
+}
+
+std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Registry& registry,
+                                               std::vector<Diagnostic>& diagnostics) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    const bool missing = !std::filesystem::exists(path, ec);
+    diagnostics.push_back(
+        Diagnostic{path, 0, 0, missing ? "pipeline file not found: " + path : "not a pipeline file: " + path,
+                   "check the path; a relative path starts at the current directory"});
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    diagnostics.push_back(
+        Diagnostic{path, 0, 0, "cannot read pipeline file: " + path, "check that the file is readable"});
+    return std::nullopt;
+  }
+  return load_pipeline_string(text.str(), path, registry, diagnostics);
+}
+
+}  // namespace swarmflow::config

@@ -55,6 +55,8 @@ struct StageDecl {
   QueueDecl queue;
   bool keyed = false;     ///< `key: stream`
   bool feedback = false;  ///< `feedback: true` allows this stage's inputs to close a cycle
+  std::vector<std::string> pin_units;  ///< `placement: {units: [u1]}`: only these units may host it
+  bool spread = false;                 ///< `placement: {spread: true}`: one replica per unit if possible
   SourceLoc loc;          ///< of the `- id:` entry
 };
 

@@ -1,7 +1,8 @@
 #pragma once
-// A latency histogram with bounded memory: log-linear buckets from 1 us to
-// about 10^4 s at ~1.5% relative precision. Not thread-safe; merge per-thread
-// copies.
+// A latency histogram with bounded memory: log-linear buckets over
+// nanoseconds, 64 linear sub-buckets per power of two (~1.6% relative
+// precision), from 0 to 2^44 ns (about 4.9 hours); larger values share the
+// last bucket. Not thread-safe; merge per-thread copies.
 
 #include <array>
 #include <cstdint>
@@ -25,14 +26,16 @@ class LatencyHistogram {
   LatencySummary summary() const;
 
  private:
-  static constexpr int kSubBits = 6;                 // 64 linear sub-buckets per power of two
+  static constexpr int kSubBits = 6;       // 64 linear sub-buckets per power of two
   static constexpr int kSub = 1 << kSubBits;
-  static constexpr int kPowers = 44;                 // 1 us * 2^44 > 10^4 s... in ns units below
+  static constexpr int kMaxBits = 44;      // values below 2^44 ns have their own bucket
+  // Groups of kSub buckets: one for the exact range [0, kSub), one per power of two above.
+  static constexpr int kPowers = kMaxBits - kSubBits + 1;
   static constexpr int kBuckets = kPowers * kSub;
   static int bucket_of(std::int64_t ns);
   static std::int64_t upper_edge(int bucket);
 
-  std::array<std::uint32_t, kBuckets> buckets_{};
+  std::array<std::uint64_t, kBuckets> buckets_{};
   std::uint64_t count_ = 0;
   std::int64_t max_ = 0;
 };

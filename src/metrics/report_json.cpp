@@ -1,1 +1,98 @@
-// placeholder, replaced by its implementation
+#include <swarmflow/report.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace swarmflow {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json counters_json(const std::map<std::string, std::int64_t>& counters) {
+  Json j = Json::object();
+  for (const auto& [name, value] : counters) j[name] = value;
+  return j;
+}
+
+std::int64_t counter_or(const StageReport& s, const std::string& name, std::int64_t fallback) {
+  auto it = s.counters.find(name);
+  return it == s.counters.end() ? fallback : it->second;
+}
+
+Json stage_json(const StageReport& s) {
+  Json j = Json::object();
+  j["type"] = s.type;
+  j["replicas"] = s.replicas;
+  j["processed"] = s.processed;
+  j["errors"] = s.errors;
+  j["restarts"] = s.restarts;
+  j["dead_letters"] = s.dead_letters;
+  j["counters"] = counters_json(s.counters);
+  return j;
+}
+
+Json edge_json(const EdgeReport& e) {
+  Json j = Json::object();
+  j["from"] = e.from;
+  j["to"] = e.to;
+  j["sent"] = e.sent;
+  j["delivered"] = e.delivered;
+  j["dropped"] = e.dropped;
+  return j;
+}
+
+Json sink_json(const StageReport& s) {
+  Json j = Json::object();
+  j["received"] = counter_or(s, "received", static_cast<std::int64_t>(s.processed));
+  j["lost"] = counter_or(s, "lost", 0);
+  j["duplicate"] = counter_or(s, "duplicate", 0);
+  j["reordered"] = counter_or(s, "reordered", 0);
+  Json latency = Json::object();
+  latency["p50"] = s.latency.p50_ms;
+  latency["p99"] = s.latency.p99_ms;
+  latency["p999"] = s.latency.p999_ms;
+  latency["max"] = s.latency.max_ms;
+  j["latency_ms"] = std::move(latency);
+  j["counters"] = counters_json(s.counters);
+  return j;
+}
+
+}  // namespace
+
+std::string RunReport::to_json() const {
+  Json j = Json::object();
+  j["pipeline"] = pipeline;
+  j["ok"] = ok;
+  j["finished"] = finished;
+  j["duration_s"] = duration_s;
+  if (!error.empty()) j["error"] = error;
+  Json stages_j = Json::object();
+  Json sinks_j = Json::object();
+  for (const StageReport& s : stages) {
+    stages_j[s.id] = stage_json(s);
+    if (s.sink) sinks_j[s.id] = sink_json(s);
+  }
+  Json edges_j = Json::array();
+  for (const EdgeReport& e : edges) edges_j.push_back(edge_json(e));
+  j["stages"] = std::move(stages_j);
+  j["edges"] = std::move(edges_j);
+  j["sinks"] = std::move(sinks_j);
+  // Names and messages come from users and stages; never fail on bad UTF-8.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+const StageReport* RunReport::stage(const std::string& id) const {
+  for (const StageReport& s : stages) {
+    if (s.id == id) return &s;
+  }
+  return nullptr;
+}
+
+const EdgeReport* RunReport::edge(const std::string& from, const std::string& to) const {
+  for (const EdgeReport& e : edges) {
+    if (e.from == from && e.to == to) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace swarmflow

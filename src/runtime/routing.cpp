@@ -1,1 +1,157 @@
-// placeholder, replaced by its implementation
+#include "runtime/routing.hpp"
+
+#include <algorithm>
+
+namespace swarmflow::runtime {
+
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// -- ConsistentHashRing -------------------------------------------------------
+
+ConsistentHashRing::ConsistentHashRing(int replicas, int virtual_nodes) : replicas_(std::max(1, replicas)) {
+  ring_.reserve(static_cast<std::size_t>(replicas_ * virtual_nodes));
+  for (int r = 0; r < replicas_; ++r) {
+    for (int v = 0; v < virtual_nodes; ++v) {
+      ring_.push_back(Point{mix64((static_cast<std::uint64_t>(r) << 32) | static_cast<std::uint64_t>(v)), r});
+    }
+  }
+  std::sort(ring_.begin(), ring_.end(), [](const Point& a, const Point& b) { return a.hash < b.hash; });
+}
+
+int ConsistentHashRing::replica_for(std::uint64_t stream) const {
+  if (replicas_ == 1) return 0;
+  const std::uint64_t h = mix64(stream ^ 0x5f3759df5f3759dfULL);
+  auto it = std::lower_bound(ring_.begin(), ring_.end(), h,
+                             [](const Point& p, std::uint64_t value) { return p.hash < value; });
+  if (it == ring_.end()) it = ring_.begin();
+  return it->replica;
+}
+
+// -- routing choice -----------------------------------------------------------
+
+int pick_least_delay(const std::vector<ReplicaView>& replicas, int capacity, int start) {
+  const int n = static_cast<int>(replicas.size());
+  if (n == 0) return -1;
+  double known_sum = 0;
+  int known = 0;
+  for (const auto& r : replicas) {
+    if (r.service_ns > 0) {
+      known_sum += r.service_ns;
+      ++known;
+    }
+  }
+  const double fallback = known > 0 ? known_sum / known : 1.0;
+  int best = -1;
+  double best_delay = 0;
+  for (int k = 0; k < n; ++k) {
+    const int i = (start + k) % n;
+    const ReplicaView& r = replicas[static_cast<std::size_t>(i)];
+    if (r.credits <= 0) continue;
+    const double service = r.service_ns > 0 ? r.service_ns : fallback;
+    const double delay = static_cast<double>(capacity - r.credits + 1) * service;
+    if (best < 0 || delay < best_delay) {
+      best = i;
+      best_delay = delay;
+    }
+  }
+  return best;
+}
+
+int ack_threshold(int capacity) { return std::max(1, capacity / 2); }
+
+// -- EdgeRouter ---------------------------------------------------------------
+
+EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed)
+    : capacity_(std::max(1, capacity)),
+      overflow_(overflow),
+      keyed_(keyed),
+      ring_(replicas),
+      views_(static_cast<std::size_t>(std::max(1, replicas))),
+      in_flight_(static_cast<std::size_t>(std::max(1, replicas))) {
+  for (auto& v : views_) v.credits = capacity_;
+}
+
+int EdgeRouter::choose(const Envelope& e) {
+  if (keyed_) return ring_.replica_for(e.header().stream);
+  const int pick = pick_least_delay(views_, capacity_, next_start_);
+  if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
+  return pick;
+}
+
+bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
+  if (target < 0) return false;
+  ReplicaView& v = views_[static_cast<std::size_t>(target)];
+  if (v.credits <= 0) return false;
+  --v.credits;
+  peak_outstanding_ = std::max(peak_outstanding_, capacity_ - v.credits);
+  ++dispatched_;
+  in_flight_[static_cast<std::size_t>(target)].push_back(e);
+  out.push_back(Dispatch{target, std::move(e)});
+  return true;
+}
+
+void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait) {
+  ++offered_;
+  const int target = keyed_ ? ring_.replica_for(envelope.header().stream) : -1;
+  // Envelopes already waiting go first, so that order per consumer is kept.
+  if (waiting_.empty()) {
+    const int pick = keyed_ ? target : choose(envelope);
+    if (try_send(pick, envelope, out)) return;
+  }
+  if (!may_wait && overflow_ == config::Overflow::block) {
+    ++dropped_;
+    return;
+  }
+  switch (overflow_) {
+    case config::Overflow::block:
+      waiting_.push_back(Waiting{target, std::move(envelope)});
+      return;
+    case config::Overflow::drop_newest:
+      if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
+        ++dropped_;
+        return;
+      }
+      waiting_.push_back(Waiting{target, std::move(envelope)});
+      return;
+    case config::Overflow::drop_oldest:
+      if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
+        waiting_.pop_front();
+        ++dropped_;
+      }
+      waiting_.push_back(Waiting{target, std::move(envelope)});
+      return;
+  }
+}
+
+void EdgeRouter::on_ack(int replica, int credits, int released, double service_ns, std::vector<Dispatch>& out) {
+  if (replica < 0 || replica >= static_cast<int>(views_.size())) return;
+  ReplicaView& v = views_[static_cast<std::size_t>(replica)];
+  v.credits = std::min(capacity_, v.credits + credits);
+  if (service_ns > 0) v.service_ns = v.service_ns > 0 ? 0.7 * v.service_ns + 0.3 * service_ns : service_ns;
+  auto& flight = in_flight_[static_cast<std::size_t>(replica)];
+  for (int i = 0; i < released && !flight.empty(); ++i) flight.pop_front();
+  // Hand waiting envelopes to whoever has credit now, oldest first. On keyed
+  // edges an envelope whose replica has no credit keeps its place, and so do
+  // later ones of the same replica, so per-stream order holds.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const int pick = keyed_ ? it->target : choose(it->envelope);
+    if (pick < 0) break;
+    if (!try_send(pick, it->envelope, out)) {
+      ++it;
+      continue;
+    }
+    it = waiting_.erase(it);
+  }
+}
+
+void EdgeRouter::drop_waiting() {
+  dropped_ += waiting_.size();
+  waiting_.clear();
+}
+
+}  // namespace swarmflow::runtime

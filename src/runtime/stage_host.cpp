@@ -1,1 +1,531 @@
-// placeholder, replaced by its implementation
+// The host actor of one replica: drives its Stage, routes its outputs with
+// credit-based flow control, returns credits upstream, restarts the stage
+// when it fails, and propagates end-of-stream.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <exception>
+
+#include <caf/all.hpp>
+
+#include "runtime/routing.hpp"
+#include "runtime/run_state.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
+
+namespace swarmflow::runtime {
+
+using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+using eos_atom = caf::atom_constant<caf::atom("eos")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
+namespace {
+
+/// How often one envelope may fail a stage before it is given up as a dead letter.
+constexpr int kMaxAttempts = 3;
+/// How often a source may fail in a row before the replica gives up.
+constexpr int kMaxSourceFailures = 3;
+/// Source steps per message, so that acks are not starved by a busy source.
+constexpr int kPullBatch = 64;
+constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+
+class StageHost final : public StageContext {
+ public:
+  StageHost(caf::event_based_actor* self, std::shared_ptr<RunState> run, int node, int replica)
+      : self_(self), run_(std::move(run)), node_(node), replica_(replica) {
+    const graph::Graph& g = run_->graph;
+    const graph::Node& n = g.nodes[static_cast<std::size_t>(node_)];
+    stats_ = run_->replica_stats[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)].get();
+    source_ = n.source();
+    sink_ = n.sink();
+    in_index_.assign(g.edges.size(), -1);
+    out_index_.assign(g.edges.size(), -1);
+    for (int e : n.in_edges) {
+      const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+      const int upstream = g.nodes[static_cast<std::size_t>(edge.from_node)].decl->replicas;
+      in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
+      in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
+                           std::vector<int>(upstream, 0),
+                           run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
+      eos_remaining_ += upstream;
+    }
+    for (int e : n.out_edges) {
+      const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+      const int downstream = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
+      out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
+      out_.push_back(OutEdge{e, edge.from_port, edge.to_node,
+                             EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed),
+                             run_->edge_out[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
+    }
+  }
+
+  caf::behavior make_behavior() {
+    return {
+        [this](start_atom) { on_start(); },
+        [this](deliver_atom, std::uint32_t edge, std::uint32_t from, Envelope& e) {
+          on_deliver(static_cast<int>(edge), static_cast<int>(from), std::move(e));
+        },
+        [this](ack_atom, std::uint32_t edge, std::uint32_t replica, std::uint32_t credits, std::uint32_t released,
+               double service_ns) {
+          on_ack(static_cast<int>(edge), static_cast<int>(replica), static_cast<int>(credits),
+                 static_cast<int>(released), service_ns);
+        },
+        [this](eos_atom, std::uint32_t edge, std::uint32_t from) {
+          on_eos(static_cast<int>(edge), static_cast<int>(from));
+        },
+        [this](pull_atom) {
+          pull_scheduled_ = false;
+          pull();
+        },
+        [this](resume_atom) {
+          backoff_ = false;
+          resume();
+        },
+        [this](stop_atom) {
+          if (source_) source_done_ = true;
+          maybe_finish();
+        },
+    };
+  }
+
+  // -- StageContext -------------------------------------------------------
+
+  const std::string& stage_id() const override { return decl().id; }
+  int replica() const override { return replica_; }
+  int replica_count() const override { return decl().replicas; }
+  std::int64_t now_ns() const override { return steady_now_ns(); }
+  double speed() const override { return run_->speed; }
+  bool stop_requested() const override { return run_->stop_requested.load(std::memory_order_relaxed); }
+  void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
+  void set_live(bool live) override { live_ = live; }
+  std::atomic<std::int64_t>& counter(std::string_view name) override { return stats_->counter(name); }
+
+ private:
+  struct InEdge {
+    int edge;
+    int port;
+    int threshold;
+    std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
+    std::vector<int> unreleased;  ///< per upstream replica: processed, release not yet sent
+    EdgeSideStats* stats;
+  };
+  struct OutEdge {
+    int edge;
+    int port;
+    int to_node;
+    EdgeRouter router;
+    EdgeSideStats* stats;
+  };
+  struct Item {
+    int in;    ///< index into in_
+    int from;  ///< upstream replica
+    Envelope envelope;
+    bool eos;
+  };
+
+  const config::StageDecl& decl() const { return *run_->graph.nodes[static_cast<std::size_t>(node_)].decl; }
+
+  // -- life cycle ---------------------------------------------------------
+
+  void on_start() {
+    Status s = make_stage();
+    if (!s.ok()) {
+      fail_permanently("stage '" + decl().id + "' failed to start: " + s.message());
+    }
+    started_ = true;
+    resume();
+  }
+
+  Status make_stage() {
+    const StageType* type = run_->registry->find(decl().type);
+    if (type == nullptr) return Status::error("unknown stage type " + decl().type);
+    try {
+      stage_ = type->make();
+      spec_ = StageSpec();
+      stage_->setup(spec_);
+      for (const auto& p : decl().params) {
+        Status s = spec_.set(p.name, p.value);
+        if (!s.ok()) return s;
+      }
+      return stage_->start(*this);
+    } catch (const std::exception& ex) {
+      return Status::error(ex.what());
+    } catch (...) {
+      return Status::error("unknown exception");
+    }
+  }
+
+  void stop_stage() {
+    if (!stage_) return;
+    try {
+      stage_->stop(*this);
+    } catch (const std::exception& ex) {
+      log("stop() threw: " + std::string(ex.what()));
+    } catch (...) {
+      log("stop() threw");
+    }
+    stage_.reset();
+  }
+
+  void resume() {
+    if (!started_ || finished_) return;
+    drain();
+    if (source_) pull();
+    maybe_finish();
+  }
+
+  void maybe_finish() {
+    if (finished_ || !started_) return;
+    const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
+    if (!inputs_done || !queue_.empty() || any_waiting() || backoff_) return;
+    finish();
+  }
+
+  void finish() {
+    finished_ = true;
+    stop_stage();
+    for (auto& in : in_) flush_acks(in, true);
+    for (auto& out : out_) {
+      const auto& consumers = run_->actors[static_cast<std::size_t>(out.to_node)];
+      for (const auto& consumer : consumers) {
+        self_->send(consumer, eos_atom::value, static_cast<std::uint32_t>(out.edge),
+                    static_cast<std::uint32_t>(replica_));
+      }
+    }
+    run_->replica_finished();
+    self_->quit();
+  }
+
+  // -- input side ---------------------------------------------------------
+
+  void on_deliver(int edge, int from, Envelope&& e) {
+    const int in = in_index_[static_cast<std::size_t>(edge)];
+    if (in < 0) return;
+    EnvelopeHeader h = e.header();
+    h.add_hop(steady_now_ns());
+    in_[static_cast<std::size_t>(in)].stats->delivered.fetch_add(1, std::memory_order_relaxed);
+    queue_.push_back(Item{in, from, e.with_header(h), false});
+    ++data_queued_;
+    if (data_queued_ > stats_->queue_peak.load(std::memory_order_relaxed)) {
+      stats_->queue_peak.store(data_queued_, std::memory_order_relaxed);
+    }
+    drain();
+    maybe_finish();
+  }
+
+  void on_eos(int edge, int from) {
+    const int in = in_index_[static_cast<std::size_t>(edge)];
+    if (in < 0) return;
+    queue_.push_back(Item{in, from, Envelope(), true});
+    drain();
+    maybe_finish();
+  }
+
+  bool blocked() const { return backoff_ || any_blocked(); }
+
+  void drain() {
+    if (!started_) return;
+    while (!queue_.empty() && !blocked()) {
+      Item& item = queue_.front();
+      if (item.eos) {
+        --eos_remaining_;
+        flush_acks(in_[static_cast<std::size_t>(item.in)], true);
+      } else if (!process_item(item)) {
+        break;  // failed; retried after the backoff
+      } else {
+        acknowledge(item.in, item.from);
+        --data_queued_;
+      }
+      queue_.pop_front();
+    }
+    stats_->queued.store(data_queued_, std::memory_order_relaxed);
+  }
+
+  /// Runs the stage on one envelope; false when it must be retried later.
+  bool process_item(Item& item) {
+    if (failed_) {
+      stats_->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    InEdge& in = in_[static_cast<std::size_t>(item.in)];
+    inputs_.reset(in.port, &item.envelope);
+    outputs_.reset(item.envelope.header());
+    const std::int64_t t0 = steady_now_ns();
+    Status s = call_process();
+    const std::int64_t t1 = steady_now_ns();
+    if (s.is_error()) return on_failure(s);
+    attempts_ = 0;
+    consecutive_failures_ = 0;
+    const double service = static_cast<double>(t1 - t0);
+    service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
+    stats_->processed.fetch_add(1, std::memory_order_relaxed);
+    if (sink_) stats_->record_latency(t1 - item.envelope.header().capture_ns);
+    emit_outputs();
+    return true;
+  }
+
+  Status call_process() {
+    try {
+      return stage_->process(inputs_, outputs_, *this);
+    } catch (const std::exception& ex) {
+      return Status::error(std::string("threw: ") + ex.what());
+    } catch (...) {
+      return Status::error("threw an unknown exception");
+    }
+  }
+
+  /// Counts a failed step and restarts the stage. Returns true when the
+  /// envelope is given up (dead letter), false when it is to be retried.
+  bool on_failure(const Status& s) {
+    stats_->errors.fetch_add(1, std::memory_order_relaxed);
+    log("replica " + std::to_string(replica_) + " failed: " + s.message());
+    ++attempts_;
+    const bool give_up = attempts_ >= kMaxAttempts;
+    restart_with_backoff();
+    if (give_up) {
+      // The poison envelope is gone; the next one starts with a short backoff.
+      attempts_ = 0;
+      consecutive_failures_ = 0;
+      stats_->dead_letters.fetch_add(1, std::memory_order_relaxed);
+    }
+    return give_up;
+  }
+
+  void restart_with_backoff() {
+    ++consecutive_failures_;
+    stats_->restarts.fetch_add(1, std::memory_order_relaxed);
+    stop_stage();
+    Status s = make_stage();
+    if (!s.ok()) {
+      fail_permanently("stage '" + decl().id + "' failed to restart: " + s.message());
+      return;
+    }
+    const int shift = std::min(consecutive_failures_ - 1, 30);
+    const std::int64_t delay = std::min<std::int64_t>(kMaxBackoffNs, 1'000'000LL << shift);
+    backoff_ = true;
+    self_->delayed_send(self_, std::chrono::nanoseconds(delay), resume_atom::value);
+  }
+
+  /// The stage cannot run: the run fails and is stopped; what reaches this
+  /// replica from now on is counted as dead letters so nothing upstream stalls.
+  void fail_permanently(const std::string& message) {
+    failed_ = true;
+    source_done_ = true;
+    log(message);
+    run_->fail(message);
+    run_->stop_requested.store(true);
+  }
+
+  /// Returns credit for one processed envelope of `from` on in-edge `in`.
+  void acknowledge(int in_index, int from) {
+    InEdge& in = in_[static_cast<std::size_t>(in_index)];
+    ++in.unacked[static_cast<std::size_t>(from)];
+    ++in.unreleased[static_cast<std::size_t>(from)];
+    if (in.unacked[static_cast<std::size_t>(from)] >= in.threshold) send_ack(in, from);
+  }
+
+  void send_ack(InEdge& in, int from) {
+    const auto f = static_cast<std::size_t>(from);
+    // The release follows once everything made from those envelopes has left
+    // this replica's waiting lists.
+    const int released = any_waiting() ? 0 : in.unreleased[f];
+    const auto& producers = run_->actors[static_cast<std::size_t>(
+        run_->graph.edges[static_cast<std::size_t>(in.edge)].from_node)];
+    self_->send(producers[f], ack_atom::value, static_cast<std::uint32_t>(in.edge),
+                static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(in.unacked[f]),
+                static_cast<std::uint32_t>(released), service_ns_);
+    in.unacked[f] = 0;
+    in.unreleased[f] -= released;
+  }
+
+  void flush_acks(InEdge& in, bool all) {
+    for (std::size_t f = 0; f < in.unacked.size(); ++f) {
+      if (in.unacked[f] > 0 || (all && in.unreleased[f] > 0 && !any_waiting())) send_ack(in, static_cast<int>(f));
+    }
+  }
+
+  // -- output side --------------------------------------------------------
+
+  bool any_blocked() const {
+    for (const auto& out : out_) {
+      if (out.router.blocked()) return true;
+    }
+    return false;
+  }
+
+  bool any_waiting() const {
+    for (const auto& out : out_) {
+      if (out.router.waiting() > 0) return true;
+    }
+    return false;
+  }
+
+  void emit_outputs() {
+    auto& items = outputs_.items();
+    for (auto& item : items) {
+      const auto& subs = run_->subscribers[static_cast<std::size_t>(node_)][static_cast<std::size_t>(item.port)];
+      for (const auto& sub : subs) sub(item.envelope);
+      for (auto& out : out_) {
+        if (out.port != item.port) continue;
+        dispatches_.clear();
+        out.router.offer(item.envelope, dispatches_, !live_);
+        send_dispatches(out);
+      }
+    }
+    items.clear();
+  }
+
+  void send_dispatches(OutEdge& out) {
+    const auto& consumers = run_->actors[static_cast<std::size_t>(out.to_node)];
+    for (auto& d : dispatches_) {
+      self_->send(consumers[static_cast<std::size_t>(d.replica)], deliver_atom::value,
+                  static_cast<std::uint32_t>(out.edge), static_cast<std::uint32_t>(replica_), std::move(d.envelope));
+    }
+    dispatches_.clear();
+    out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
+    out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);
+    out.stats->waiting.store(out.router.waiting(), std::memory_order_relaxed);
+    out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),
+                                    std::memory_order_relaxed);
+  }
+
+  void on_ack(int edge, int replica, int credits, int released, double service_ns) {
+    const int index = out_index_[static_cast<std::size_t>(edge)];
+    if (index < 0) return;
+    OutEdge& out = out_[static_cast<std::size_t>(index)];
+    dispatches_.clear();
+    out.router.on_ack(replica, credits, released, service_ns, dispatches_);
+    send_dispatches(out);
+    if (!blocked()) resume();
+  }
+
+  // -- sources ------------------------------------------------------------
+
+  void schedule_pull(std::int64_t at_ns) {
+    if (pull_scheduled_) return;
+    pull_scheduled_ = true;
+    const std::int64_t delay = at_ns - steady_now_ns();
+    if (delay > 0) {
+      self_->delayed_send(self_, std::chrono::nanoseconds(delay), pull_atom::value);
+    } else {
+      self_->send(self_, pull_atom::value);
+    }
+  }
+
+  void pull() {
+    if (!started_ || finished_ || source_done_ || !source_ || pull_scheduled_) return;
+    for (int k = 0; k < kPullBatch; ++k) {
+      if (stop_requested()) {
+        source_done_ = true;
+        break;
+      }
+      if (backoff_ || (!live_ && any_blocked())) return;  // resumed by an ack or the backoff
+      defer_until_ = 0;
+      inputs_.reset(-1, nullptr);
+      outputs_.reset(EnvelopeHeader{});
+      Status s = call_process();
+      if (s.is_end_of_stream()) {
+        source_done_ = true;
+        break;
+      }
+      if (s.is_error()) {
+        stats_->errors.fetch_add(1, std::memory_order_relaxed);
+        log("source replica " + std::to_string(replica_) + " failed: " + s.message());
+        if (consecutive_failures_ + 1 >= kMaxSourceFailures) {
+          fail_permanently("source '" + decl().id + "' failed " + std::to_string(kMaxSourceFailures) +
+                           " times in a row: " + s.message());
+          break;
+        }
+        restart_with_backoff();
+        return;
+      }
+      consecutive_failures_ = 0;
+      if (!outputs_.items().empty()) stats_->processed.fetch_add(1, std::memory_order_relaxed);
+      emit_outputs();
+      if (defer_until_ > 0) {
+        schedule_pull(defer_until_);
+        return;
+      }
+    }
+    if (source_done_) {
+      maybe_finish();
+    } else {
+      schedule_pull(0);
+    }
+  }
+
+  // -- logging ------------------------------------------------------------
+
+  /// Logs to stderr at most once a second per replica; the rest are counted.
+  void log(const std::string& message) {
+    const std::int64_t now = steady_now_ns();
+    if (now - last_log_ns_ < 1'000'000'000 && last_log_ns_ != 0) {
+      ++suppressed_logs_;
+      return;
+    }
+    std::string extra;
+    if (suppressed_logs_ > 0) extra = " (" + std::to_string(suppressed_logs_) + " similar messages suppressed)";
+    std::fprintf(stderr, "swarmflow: %s: %s%s\n", decl().id.c_str(), message.c_str(), extra.c_str());
+    last_log_ns_ = now;
+    suppressed_logs_ = 0;
+  }
+
+  caf::event_based_actor* self_;
+  std::shared_ptr<RunState> run_;
+  int node_;
+  int replica_;
+  ReplicaStats* stats_ = nullptr;
+  bool source_ = false;
+  bool sink_ = false;
+
+  std::unique_ptr<Stage> stage_;
+  StageSpec spec_;
+  Inputs inputs_;
+  Outputs outputs_;
+
+  std::vector<int> in_index_;
+  std::vector<int> out_index_;
+  std::vector<InEdge> in_;
+  std::vector<OutEdge> out_;
+  std::vector<Dispatch> dispatches_;
+  std::deque<Item> queue_;
+
+  std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks
+  int eos_remaining_ = 0;
+  bool started_ = false;
+  bool finished_ = false;
+  bool failed_ = false;
+  bool source_done_ = false;
+  bool live_ = false;
+  bool backoff_ = false;
+  bool pull_scheduled_ = false;
+  std::int64_t defer_until_ = 0;
+  int attempts_ = 0;
+  int consecutive_failures_ = 0;
+  double service_ns_ = 0;
+  std::int64_t last_log_ns_ = 0;
+  std::uint64_t suppressed_logs_ = 0;
+};
+
+}  // namespace
+
+caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run, int node, int replica) {
+  return system.spawn([run = std::move(run), node, replica](caf::event_based_actor* self) {
+    auto host = std::make_shared<StageHost>(self, run, node, replica);
+    caf::behavior b = host->make_behavior();
+    // The behavior's handlers use `host`; keep it alive as long as the actor.
+    self->attach_functor([host] {});
+    return b;
+  });
+}
+
+void send_start(const caf::actor& host) { caf::anon_send(host, start_atom::value); }
+void send_stop(const caf::actor& host) { caf::anon_send(host, stop_atom::value); }
+
+}  // namespace swarmflow::runtime

@@ -1,0 +1,116 @@
+#pragma once
+// Routing and credit-based flow control of one edge at one producer replica.
+// Pure logic: no actors, no clocks; the stage host feeds it events and sends
+// what it returns.
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include <swarmflow/envelope.hpp>
+
+#include "config/pipeline_spec.hpp"
+
+namespace swarmflow::runtime {
+
+/// Maps a stream id to one of N replicas so that a stream always lands on the
+/// same replica, and adding a replica moves only about 1/N of the streams.
+class ConsistentHashRing {
+ public:
+  explicit ConsistentHashRing(int replicas = 1, int virtual_nodes = 64);
+  int replica_for(std::uint64_t stream) const;
+  int replicas() const { return replicas_; }
+
+ private:
+  struct Point {
+    std::uint64_t hash;
+    int replica;
+  };
+  int replicas_;
+  std::vector<Point> ring_;
+};
+
+/// 64-bit mix (splitmix64 finaliser), used for stream hashing.
+std::uint64_t mix64(std::uint64_t x);
+
+/// What a consumer replica looks like to a producer's router.
+struct ReplicaView {
+  int credits = 0;           ///< envelopes the producer may still send it
+  double service_ns = 0;     ///< smoothed service time reported in acks; 0 = unknown
+};
+
+/// Index of the replica with the lowest expected delay, (outstanding + 1) x
+/// service time, among those with credit; ties go to the first at or after
+/// `start`. -1 when none has credit. Unknown service times count as the mean
+/// of the known ones.
+int pick_least_delay(const std::vector<ReplicaView>& replicas, int capacity, int start);
+
+/// One envelope to send to one consumer replica.
+struct Dispatch {
+  int replica;
+  Envelope envelope;
+};
+
+/// Credit-based router of one edge at one producer replica.
+///
+/// Each consumer replica grants `capacity` credits. An envelope is sent only
+/// against a credit. Without credit the overflow policy applies:
+/// - block: the envelope waits here and `blocked()` is true until it has left;
+///   the producer stops taking input meanwhile, so waiting is bounded by one step;
+/// - drop_newest: it waits here if fewer than `capacity` wait, else it is dropped;
+/// - drop_oldest: it waits here; if `capacity` already wait, the oldest is dropped.
+/// Sent envelopes are kept until the consumer releases them (for replay).
+class EdgeRouter {
+ public:
+  EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed);
+
+  /// Offers a new envelope; appends at most one dispatch. With `may_wait`
+  /// false (a live source), a `block` edge drops an envelope without credit
+  /// at once instead of holding it.
+  void offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait = true);
+  /// A consumer returned `credits` and released `released` envelopes; appends
+  /// the waiting envelopes that can go now.
+  void on_ack(int replica, int credits, int released, double service_ns, std::vector<Dispatch>& out);
+  /// Drops everything waiting (counted); used when a run is torn down.
+  void drop_waiting();
+
+  /// True while a `block` edge holds an envelope for credit.
+  bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
+  std::size_t waiting() const { return waiting_.size(); }
+  std::uint64_t offered() const { return offered_; }
+  std::uint64_t dispatched() const { return dispatched_; }
+  std::uint64_t dropped() const { return dropped_; }
+  int credits(int replica) const { return views_[static_cast<std::size_t>(replica)].credits; }
+  /// The most envelopes ever sent to one replica and not yet credited back.
+  int peak_outstanding() const { return peak_outstanding_; }
+  std::size_t in_flight(int replica) const { return in_flight_[static_cast<std::size_t>(replica)].size(); }
+  int replicas() const { return static_cast<int>(views_.size()); }
+
+ private:
+  struct Waiting {
+    int target;  ///< fixed replica for keyed edges, -1 = any
+    Envelope envelope;
+  };
+  int choose(const Envelope& e);
+  bool try_send(int target, Envelope& e, std::vector<Dispatch>& out);
+
+  int capacity_;
+  config::Overflow overflow_;
+  bool keyed_;
+  ConsistentHashRing ring_;
+  std::vector<ReplicaView> views_;
+  std::vector<std::deque<Envelope>> in_flight_;
+  std::deque<Waiting> waiting_;
+  int next_start_ = 0;
+  std::uint64_t offered_ = 0;
+  std::uint64_t dispatched_ = 0;
+  std::uint64_t dropped_ = 0;
+  int peak_outstanding_ = 0;
+};
+
+/// When a consumer should return credits: after `threshold` processed
+/// envelopes of one producer, at most half the capacity so the producer never
+/// runs dry while an ack is in flight.
+int ack_threshold(int capacity);
+
+}  // namespace swarmflow::runtime

@@ -1,0 +1,99 @@
+#pragma once
+// State shared by the runtime and the stage hosts of one run in one process:
+// the graph, the actors of every replica, and live statistics (atomics, read
+// by the progress line and the report without stopping anything).
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include <swarmflow/registry.hpp>
+#include <swarmflow/runtime.hpp>
+
+#include "config/pipeline_spec.hpp"
+#include "graph/graph.hpp"
+#include "metrics/histogram.hpp"
+
+namespace swarmflow::runtime {
+
+/// Statistics of one replica.
+struct ReplicaStats {
+  std::atomic<std::uint64_t> processed{0};
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> restarts{0};
+  std::atomic<std::uint64_t> dead_letters{0};
+  std::atomic<std::uint64_t> queued{0};
+  std::atomic<std::uint64_t> queue_peak{0};
+
+  std::atomic<std::int64_t>& counter(std::string_view name);
+  std::map<std::string, std::int64_t> counters() const;
+  void record_latency(std::int64_t ns);
+  metrics::LatencyHistogram latency() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>, std::less<>> counters_;
+  metrics::LatencyHistogram latency_;
+};
+
+/// Statistics of one edge at one producer replica / one consumer replica.
+struct EdgeSideStats {
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint64_t> waiting{0};
+  std::atomic<std::uint64_t> delivered{0};
+  std::atomic<std::uint64_t> peak_in_flight{0};
+};
+
+/// Everything about a run that outlives any one actor.
+struct RunState {
+  config::PipelineSpec spec;
+  graph::Graph graph;
+  const Registry* registry = nullptr;
+
+  /// replicas[node][replica]
+  std::vector<std::vector<caf::actor>> actors;
+  std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
+  /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
+  std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_out;
+  std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_in;
+  /// subscribers[node][output port]
+  std::vector<std::vector<std::vector<Runtime::Subscriber>>> subscribers;
+
+  std::atomic<bool> stop_requested{false};
+  double speed = 1.0;
+
+  // -- completion ---------------------------------------------------------
+  void replica_finished();
+  void fail(const std::string& message);
+  bool wait_finished(std::int64_t timeout_ms);  ///< true when all replicas finished
+  int total_replicas = 0;
+  std::int64_t start_ns = 0;
+  std::atomic<std::int64_t> end_ns{0};
+
+  bool ok() const;
+  std::string error() const;
+  bool finished() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int finished_ = 0;
+  std::string error_;
+};
+
+/// Spawns the host actor of one replica in `system`. It waits for `send_start`.
+caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run, int node, int replica);
+/// Starts a host: its stage is made and started, and a source begins producing.
+void send_start(const caf::actor& host);
+/// Tells a source host to end its stream now.
+void send_stop(const caf::actor& host);
+
+}  // namespace swarmflow::runtime

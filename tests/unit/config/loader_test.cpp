@@ -1,0 +1,826 @@
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <swarmflow/registry.hpp>
+#include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/stage.hpp>
+
+#include "config/pipeline_spec.hpp"
+#include "sim/sim.hpp"
+
+namespace swarmflow {
+namespace {
+
+// -- test-only stages ---
+
+/// Takes frames, so that a blob producer feeding it is a type mismatch.
+class FrameSink final : public Stage {
+ public:
+  void setup(StageSpec& s) override { frames_ = s.input<schema::Frame>("frames", "frames to look at"); }
+  Status process(Inputs&, Outputs&, StageContext&) override { return {}; }
+
+ private:
+  InputPort<schema::Frame> frames_;
+};
+
+/// Takes any payload.
+class AnySink final : public Stage {
+ public:
+  void setup(StageSpec& s) override { in_ = s.input<AnyPayload>("in", "anything"); }
+  Status process(Inputs&, Outputs&, StageContext&) override { return {}; }
+
+ private:
+  InputPort<AnyPayload> in_;
+};
+
+/// Two blob inputs, one blob output: closes cycles in tests.
+class Join final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    a_ = s.input<schema::Blob>("a", "first");
+    b_ = s.input<schema::Blob>("b", "second");
+    out_ = s.output<schema::Blob>("out", "both");
+  }
+  Status process(Inputs&, Outputs&, StageContext&) override { return {}; }
+
+ private:
+  InputPort<schema::Blob> a_;
+  InputPort<schema::Blob> b_;
+  OutputPort<schema::Blob> out_;
+};
+
+/// A source with one parameter of every kind.
+class Tunable final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    out_ = s.output<schema::Blob>("out", "blobs");
+    s.param(mode_, "mode", "how to work", "fast", {"fast", "exact"});
+    s.param(enabled_, "enabled", "whether to work at all", true);
+    s.param(ratio_, "ratio", "share of the work", 0.5, {0.0, 1.0});
+    s.param(n_, "n", "how many", 1, {1.0, 100.0});
+  }
+  Status process(Inputs&, Outputs&, StageContext&) override { return Status::end_of_stream(); }
+
+ private:
+  OutputPort<schema::Blob> out_;
+  std::string mode_;
+  bool enabled_ = false;
+  double ratio_ = 0;
+  std::int64_t n_ = 0;
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// -- fixture ---
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  LoaderTest() {
+    register_sim_stages(registry_);
+    registry_.add<FrameSink>("test.frame_sink", "takes frames");
+    registry_.add<AnySink>("test.any_sink", "takes anything");
+    registry_.add<Join>("test.join", "joins two inputs");
+    registry_.add<Tunable>("test.tunable", "has every kind of parameter");
+  }
+
+  std::optional<config::PipelineSpec> load(const std::string& yaml) {
+    diagnostics_.clear();
+    return config::load_pipeline_string(yaml, "test.yaml", registry_, diagnostics_);
+  }
+
+  /// Loads `yaml`, expecting it to fail with exactly one diagnostic.
+  Diagnostic only_error(const std::string& yaml) {
+    auto spec = load(yaml);
+    EXPECT_FALSE(spec.has_value());
+    EXPECT_EQ(diagnostics_.size(), 1U) << format_diagnostics(diagnostics_);
+    return diagnostics_.empty() ? Diagnostic{} : diagnostics_.front();
+  }
+
+  /// The diagnostic whose message contains `part`.
+  Diagnostic error_with(const std::string& part) const {
+    for (const auto& d : diagnostics_) {
+      if (contains(d.message, part)) return d;
+    }
+    ADD_FAILURE() << "no diagnostic mentions '" << part << "' in:\n" << format_diagnostics(diagnostics_);
+    return {};
+  }
+
+  Registry registry_;
+  std::vector<Diagnostic> diagnostics_;
+};
+
+#define EXPECT_AT(diagnostic, expected_line, expected_column)                    \
+  do {                                                                           \
+    EXPECT_EQ((diagnostic).line, expected_line) << (diagnostic).to_string();     \
+    EXPECT_EQ((diagnostic).column, expected_column) << (diagnostic).to_string(); \
+  } while (false)
+
+// -- valid definitions ---
+
+TEST_F(LoaderTest, ReadsEverySection) {
+  auto spec = load(R"(pipeline: inspection
+units:
+  - {id: edge, threads: 2, speed: 0.5}
+  - {id: core, endpoint: "tcp://10.0.0.2:7000", public_key: abc}
+coordinator: tcp://10.0.0.1:7000
+stages:
+  - id: camera
+    type: sim.source
+    replicas: 3
+    params: {count: 10, rate_hz: 30, streams: 2}
+    placement: {units: [edge]}
+  - id: detect
+    type: sim.work
+    replicas: {min: 2, max: 8}
+    inputs: {in: camera/out}
+    queue: {capacity: 4, overflow: drop_oldest}
+    key: stream
+    placement: {spread: true}
+  - id: sink
+    type: sim.sink
+    inputs: {in: detect/out}
+    feedback: false
+placement: {policy: adaptive, rebalance_above: 0.9, interval_ms: 100}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_TRUE(diagnostics_.empty());
+  EXPECT_EQ(spec->name, "inspection");
+  EXPECT_EQ(spec->file, "test.yaml");
+  EXPECT_EQ(spec->coordinator, "tcp://10.0.0.1:7000");
+
+  ASSERT_EQ(spec->units.size(), 2U);
+  EXPECT_EQ(spec->units[0].id, "edge");
+  EXPECT_EQ(spec->units[0].threads, 2);
+  EXPECT_DOUBLE_EQ(spec->units[0].speed, 0.5);
+  EXPECT_EQ(spec->units[1].endpoint, "tcp://10.0.0.2:7000");
+  EXPECT_EQ(spec->units[1].public_key, "abc");
+  EXPECT_DOUBLE_EQ(spec->units[1].speed, 1.0);
+
+  ASSERT_EQ(spec->stages.size(), 3U);
+  const auto& camera = spec->stages[0];
+  EXPECT_EQ(camera.id, "camera");
+  EXPECT_EQ(camera.type, "sim.source");
+  EXPECT_EQ(camera.replicas, 3);
+  EXPECT_EQ(camera.min_replicas, 3);
+  EXPECT_EQ(camera.max_replicas, 3);
+  EXPECT_EQ(camera.loc.line, 7);
+  EXPECT_EQ(camera.loc.column, 5);
+  ASSERT_EQ(camera.params.size(), 3U);
+  EXPECT_EQ(camera.params[0].name, "count");
+  EXPECT_EQ(std::get<std::int64_t>(camera.params[0].value), 10);
+  EXPECT_EQ(camera.params[1].name, "rate_hz");
+  EXPECT_DOUBLE_EQ(std::get<double>(camera.params[1].value), 30.0);  // converted to the declared kind
+  EXPECT_EQ(camera.params[1].loc.line, 10);
+  EXPECT_EQ(camera.pin_units, std::vector<std::string>{"edge"});
+  EXPECT_FALSE(camera.spread);
+
+  const auto& detect = spec->stages[1];
+  EXPECT_EQ(detect.replicas, 2);
+  EXPECT_EQ(detect.min_replicas, 2);
+  EXPECT_EQ(detect.max_replicas, 8);
+  ASSERT_EQ(detect.inputs.size(), 1U);
+  EXPECT_EQ(detect.inputs[0].port, "in");
+  EXPECT_EQ(detect.inputs[0].from_stage, "camera");
+  EXPECT_EQ(detect.inputs[0].from_port, "out");
+  EXPECT_EQ(detect.inputs[0].loc.line, 15);
+  EXPECT_EQ(detect.inputs[0].loc.column, 18);
+  EXPECT_EQ(detect.queue.capacity, 4);
+  EXPECT_EQ(detect.queue.overflow, config::Overflow::drop_oldest);
+  EXPECT_TRUE(detect.keyed);
+  EXPECT_TRUE(detect.spread);
+
+  const auto& sink = spec->stages[2];
+  EXPECT_EQ(sink.queue.capacity, 8);
+  EXPECT_EQ(sink.queue.overflow, config::Overflow::block);
+  EXPECT_FALSE(sink.keyed);
+  EXPECT_FALSE(sink.feedback);
+
+  EXPECT_EQ(spec->placement.policy, "adaptive");
+  EXPECT_DOUBLE_EQ(spec->placement.rebalance_above, 0.9);
+  EXPECT_EQ(spec->placement.interval_ms, 100);
+  EXPECT_EQ(spec->find_stage("detect"), &spec->stages[1]);
+  EXPECT_EQ(spec->find_stage("nope"), nullptr);
+}
+
+TEST_F(LoaderTest, DefaultsToOneUnitAndStaticPlacement) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  ASSERT_EQ(spec->units.size(), 1U);
+  EXPECT_EQ(spec->units[0].id, "u0");
+  EXPECT_EQ(spec->placement.policy, "static");
+  EXPECT_TRUE(spec->coordinator.empty());
+}
+
+TEST_F(LoaderTest, UnitCountNamesUnits) {
+  auto spec = load(R"(pipeline: t
+units: 3
+stages:
+  - {id: source, type: sim.source, placement: {units: [u2]}}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  ASSERT_EQ(spec->units.size(), 3U);
+  EXPECT_EQ(spec->units[2].id, "u2");
+  EXPECT_EQ(spec->stages[0].pin_units, std::vector<std::string>{"u2"});
+}
+
+TEST_F(LoaderTest, ConvertsEveryParameterKind) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - id: source
+    type: test.tunable
+    params: {mode: exact, enabled: false, ratio: 1, n: 7}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  const auto& params = spec->stages[0].params;
+  ASSERT_EQ(params.size(), 4U);
+  EXPECT_EQ(std::get<std::string>(params[0].value), "exact");
+  EXPECT_EQ(std::get<bool>(params[1].value), false);
+  EXPECT_DOUBLE_EQ(std::get<double>(params[2].value), 1.0);
+  EXPECT_EQ(std::get<std::int64_t>(params[3].value), 7);
+}
+
+TEST_F(LoaderTest, QuickstartLoadsWithoutDiagnostics) {
+  auto spec =
+      config::load_pipeline_file(SWARMFLOW_SOURCE_DIR "/pipelines/quickstart.yaml", registry_, diagnostics_);
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_TRUE(diagnostics_.empty());
+  EXPECT_EQ(spec->name, "quickstart");
+  EXPECT_EQ(spec->stages.size(), 3U);
+}
+
+TEST_F(LoaderTest, AnyPayloadInputAcceptsEveryType) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+  - {id: dump, type: test.any_sink, inputs: {in: source/out}}
+)");
+  EXPECT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+}
+
+TEST_F(LoaderTest, CycleThroughFeedbackStageIsAccepted) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: a
+    type: test.join
+    feedback: true
+    inputs: {a: source/out, b: b/out}
+  - id: b
+    type: sim.work
+    inputs: {in: a/out}
+)");
+  EXPECT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+}
+
+TEST_F(LoaderTest, OverflowNames) {
+  EXPECT_STREQ(config::to_string(config::Overflow::block), "block");
+  EXPECT_STREQ(config::to_string(config::Overflow::drop_oldest), "drop_oldest");
+  EXPECT_STREQ(config::to_string(config::Overflow::drop_newest), "drop_newest");
+}
+
+// -- files and syntax ---
+
+TEST_F(LoaderTest, MissingFileGivesOneDiagnosticWithThePath) {
+  const std::string path = "/nonexistent/swarmflow/pipeline.yaml";
+  auto spec = config::load_pipeline_file(path, registry_, diagnostics_);
+  EXPECT_FALSE(spec.has_value());
+  ASSERT_EQ(diagnostics_.size(), 1U);
+  EXPECT_EQ(diagnostics_[0].file, path);
+  EXPECT_TRUE(contains(diagnostics_[0].message, path)) << diagnostics_[0].to_string();
+  EXPECT_FALSE(diagnostics_[0].hint.empty());
+}
+
+TEST_F(LoaderTest, YamlSyntaxErrorIsReportedAtItsPosition) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+    inputs: {in: [a, b}
+)");
+  EXPECT_AT(d, 5, 23);
+  EXPECT_EQ(d.file, "test.yaml");
+  EXPECT_TRUE(contains(d.message, "YAML syntax error")) << d.to_string();
+  EXPECT_FALSE(d.hint.empty());
+}
+
+TEST_F(LoaderTest, EmptyDefinition) {
+  auto d = only_error("");
+  EXPECT_TRUE(contains(d.message, "empty")) << d.to_string();
+}
+
+// -- stage types and parameters ---
+
+TEST_F(LoaderTest, UnknownStageTypeSuggestsTheNearest) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+  - id: work
+    type: sim.wrok
+    inputs: {in: src/out}
+)");
+  EXPECT_AT(d, 6, 11);
+  EXPECT_TRUE(contains(d.message, "unknown stage type 'sim.wrok'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'sim.work'?")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "swarmflow describe")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownParameterPointsAtItsKey) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+    params:
+      cont: 10
+)");
+  EXPECT_AT(d, 6, 7);
+  EXPECT_TRUE(contains(d.message, "unknown parameter 'cont'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'count'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownParameterWithoutNearNameListsThemAll) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: src, type: sim.source, params: {zzz: 8}}
+)");
+  EXPECT_AT(d, 3, 42);
+  EXPECT_TRUE(contains(d.hint, "count, rate_hz, payload_bytes, streams")) << d.to_string();
+}
+
+TEST_F(LoaderTest, IllTypedParameterPointsAtItsValue) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+    params:
+      count: "many"
+)");
+  EXPECT_AT(d, 6, 14);
+  EXPECT_TRUE(contains(d.message, "parameter 'count' must be an integer")) << d.to_string();
+  EXPECT_TRUE(contains(d.message, "\"many\"")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "'count' takes an integer")) << d.to_string();
+}
+
+TEST_F(LoaderTest, IntegerParameterRejectsAFraction) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+    params: {count: 1.5}
+)");
+  EXPECT_AT(d, 5, 21);
+  EXPECT_TRUE(contains(d.message, "must be an integer, got 1.5")) << d.to_string();
+}
+
+TEST_F(LoaderTest, BooleanParameterRejectsOtherWords) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: test.tunable
+    params: {enabled: maybe}
+)");
+  EXPECT_AT(d, 5, 23);
+  EXPECT_TRUE(contains(d.message, "must be a boolean")) << d.to_string();
+}
+
+TEST_F(LoaderTest, OutOfRangeParameterPointsAtItsValue) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: sim.source
+    params:
+      rate_hz: -1
+)");
+  EXPECT_AT(d, 6, 16);
+  EXPECT_TRUE(contains(d.message, "parameter 'rate_hz' = -1 is out of range")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "[0, 1e+07]")) << d.to_string();
+}
+
+TEST_F(LoaderTest, StringParameterOutsideItsChoices) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: src
+    type: test.tunable
+    params: {mode: slow}
+)");
+  EXPECT_AT(d, 5, 20);
+  EXPECT_TRUE(contains(d.message, "not one of the allowed values")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "one of: fast, exact")) << d.to_string();
+}
+
+// -- inputs ---
+
+TEST_F(LoaderTest, InputFromUnknownStageSuggestsTheNearestId) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: sink
+    type: sim.sink
+    inputs: {in: sorce/out}
+)");
+  EXPECT_AT(d, 7, 18);
+  EXPECT_TRUE(contains(d.message, "unknown stage 'sorce'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'source'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, InputFromUnknownOutputPortListsTheOutputs) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: sink
+    type: sim.sink
+    inputs: {in: source/output}
+)");
+  EXPECT_AT(d, 7, 18);
+  EXPECT_TRUE(contains(d.message, "has no output 'output'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "sim.source outputs: out")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownInputPortListsTheInputs) {
+  load(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: sink
+    type: sim.sink
+    inputs:
+      frames: source/out
+)");
+  ASSERT_EQ(diagnostics_.size(), 2U) << format_diagnostics(diagnostics_);
+  auto d = error_with("has no input 'frames'");
+  EXPECT_AT(d, 8, 7);
+  EXPECT_TRUE(contains(d.hint, "sim.sink inputs: in")) << d.to_string();
+  // The declared input `in` is then left unconnected, reported at `inputs:`.
+  EXPECT_AT(error_with("input 'in' of stage 'sink' is not connected"), 7, 5);
+}
+
+TEST_F(LoaderTest, MalformedSourceText) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: sink
+    type: sim.sink
+    inputs: {in: source.out}
+)");
+  EXPECT_AT(d, 7, 18);
+  EXPECT_TRUE(contains(d.message, "'source.out', not `stage/port`")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "stage/port")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnconnectedInputSuggestsAProducer) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: sink
+    type: sim.sink
+)");
+  EXPECT_AT(d, 5, 5);
+  EXPECT_TRUE(contains(d.message, "input 'in' of stage 'sink' is not connected")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "source/out")) << d.to_string();
+}
+
+TEST_F(LoaderTest, PortTypeMismatchNamesBothTypes) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: view
+    type: test.frame_sink
+    inputs: {frames: source/out}
+)");
+  EXPECT_AT(d, 7, 22);
+  EXPECT_TRUE(contains(d.message, "port type mismatch")) << d.to_string();
+  EXPECT_TRUE(contains(d.message, "swarmflow.schema.Blob")) << d.to_string();
+  EXPECT_TRUE(contains(d.message, "swarmflow.schema.Frame")) << d.to_string();
+}
+
+// -- ids and cycles ---
+
+TEST_F(LoaderTest, DuplicateStageIdPointsAtTheSecond) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: source
+    type: sim.source
+)");
+  EXPECT_AT(d, 5, 9);
+  EXPECT_TRUE(contains(d.message, "duplicate stage id 'source'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "line 3")) << d.to_string();
+}
+
+TEST_F(LoaderTest, CycleWithoutFeedbackIsNamed) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+  - id: a
+    type: test.join
+    inputs: {a: source/out, b: b/out}
+  - id: b
+    type: sim.work
+    inputs: {in: a/out}
+)");
+  EXPECT_AT(d, 7, 32);
+  EXPECT_TRUE(contains(d.message, "a -> b -> a")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "feedback: true")) << d.to_string();
+}
+
+TEST_F(LoaderTest, SelfLoopIsACycle) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+  - {id: a, type: test.join, inputs: {a: source/out, b: a/out}}
+)");
+  EXPECT_AT(d, 4, 57);
+  EXPECT_TRUE(contains(d.message, "cycle a -> a")) << d.to_string();
+}
+
+TEST_F(LoaderTest, InvalidStageId) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: "my source", type: sim.source}
+)");
+  EXPECT_AT(d, 3, 10);
+  EXPECT_TRUE(contains(d.message, "not a valid name")) << d.to_string();
+}
+
+// -- queue ---
+
+TEST_F(LoaderTest, UnknownOverflowPolicyListsTheThree) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+  - id: sink
+    type: sim.sink
+    inputs: {in: source/out}
+    queue: {capacity: 4, overflow: sometimes}
+)");
+  EXPECT_AT(d, 7, 36);
+  EXPECT_TRUE(contains(d.message, "unknown overflow policy 'sometimes'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "block, drop_oldest, drop_newest")) << d.to_string();
+}
+
+TEST_F(LoaderTest, BadCapacity) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+  - id: sink
+    type: sim.sink
+    inputs: {in: source/out}
+    queue:
+      capacity: 0
+)");
+  EXPECT_AT(d, 8, 17);
+  EXPECT_TRUE(contains(d.message, "queue capacity of stage 'sink' must be between 1 and")) << d.to_string();
+}
+
+// -- structure ---
+
+TEST_F(LoaderTest, UnknownTopLevelKeySuggestsTheNearest) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+palcement: {policy: static}
+)");
+  EXPECT_AT(d, 4, 1);
+  EXPECT_TRUE(contains(d.message, "unknown key 'palcement'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'placement'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownStageKeySuggestsTheNearest) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    replica: 2
+)");
+  EXPECT_AT(d, 5, 5);
+  EXPECT_TRUE(contains(d.message, "unknown key 'replica' in stage 'source'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'replicas'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownQueueKeySuggestsTheNearest) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+  - id: sink
+    type: sim.sink
+    inputs: {in: source/out}
+    queue: {capacity: 4, overflw: block}
+)");
+  EXPECT_AT(d, 7, 26);
+  EXPECT_TRUE(contains(d.message, "unknown key 'overflw' in 'queue' of stage 'sink'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'overflow'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownPlacementKeySuggestsTheNearest) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+placement:
+  policy: adaptive
+  interval: 100
+)");
+  EXPECT_AT(d, 6, 3);
+  EXPECT_TRUE(contains(d.message, "unknown key 'interval'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'interval_ms'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, UnknownStagePlacementKey) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source, placement: {unit: [u0]}}
+)");
+  EXPECT_AT(d, 3, 48);
+  EXPECT_TRUE(contains(d.hint, "did you mean 'units'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, BadPlacementValues) {
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+placement: {policy: dynamic, rebalance_above: 1.5, interval_ms: 0}
+)");
+  ASSERT_EQ(diagnostics_.size(), 3U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 21);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "unknown placement policy 'dynamic'"));
+  EXPECT_AT(diagnostics_[1], 4, 47);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "'rebalance_above' must be in (0, 1]"));
+  EXPECT_AT(diagnostics_[2], 4, 65);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "'interval_ms' must be between 1 and"));
+}
+
+TEST_F(LoaderTest, PinnedToUnknownUnit) {
+  auto d = only_error(R"(pipeline: t
+units: 2
+stages:
+  - id: source
+    type: sim.source
+    placement: {units: [u0, u7]}
+)");
+  EXPECT_AT(d, 6, 29);
+  EXPECT_TRUE(contains(d.message, "unknown unit 'u7'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'u0'?") || contains(d.hint, "did you mean 'u1'?"))
+      << d.to_string();
+}
+
+TEST_F(LoaderTest, MissingPipelineName) {
+  auto d = only_error(R"(stages:
+  - {id: source, type: sim.source}
+)");
+  EXPECT_AT(d, 1, 1);
+  EXPECT_TRUE(contains(d.message, "no name")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "pipeline: NAME")) << d.to_string();
+}
+
+TEST_F(LoaderTest, MissingStages) {
+  auto d = only_error("pipeline: t\n");
+  EXPECT_AT(d, 1, 1);
+  EXPECT_TRUE(contains(d.message, "no 'stages'")) << d.to_string();
+}
+
+TEST_F(LoaderTest, MissingStageIdAndType) {
+  load(R"(pipeline: t
+stages:
+  - id: source
+  - type: sim.source
+)");
+  ASSERT_EQ(diagnostics_.size(), 2U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 3, 5);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "stage 'source' has no 'type'"));
+  EXPECT_AT(diagnostics_[1], 4, 5);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "stage 2 has no 'id'"));
+}
+
+TEST_F(LoaderTest, StagesMustBeAList) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  source: {type: sim.source}
+)");
+  EXPECT_AT(d, 3, 3);
+  EXPECT_TRUE(contains(d.message, "'stages' must be a list, got a map")) << d.to_string();
+}
+
+TEST_F(LoaderTest, ParamsMustBeAMap) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    params: [count, 10]
+)");
+  EXPECT_AT(d, 5, 13);
+  EXPECT_TRUE(contains(d.message, "'params' of stage 'source' must be a map, got a list")) << d.to_string();
+}
+
+TEST_F(LoaderTest, BadReplicaCount) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    replicas: 0
+)");
+  EXPECT_AT(d, 5, 15);
+  EXPECT_TRUE(contains(d.message, "'replicas' of stage 'source' must be between 1 and")) << d.to_string();
+}
+
+TEST_F(LoaderTest, ReplicaRangeWithMinAboveMax) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    replicas: {min: 4, max: 2}
+)");
+  EXPECT_AT(d, 5, 29);
+  EXPECT_TRUE(contains(d.message, "min 4 above max 2")) << d.to_string();
+}
+
+TEST_F(LoaderTest, ReplicasMustBeANumber) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source, replicas: two}
+)");
+  EXPECT_AT(d, 3, 46);
+  EXPECT_TRUE(contains(d.message, "must be an integer, got two")) << d.to_string();
+}
+
+TEST_F(LoaderTest, BadUnits) {
+  load(R"(pipeline: t
+units:
+  - {id: a, speed: 0}
+  - {id: a, threads: many}
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_EQ(diagnostics_.size(), 3U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 3, 20);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "speed must be positive"));
+  EXPECT_AT(diagnostics_[1], 4, 10);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "unit id 'a' is used twice"));
+  EXPECT_AT(diagnostics_[2], 4, 22);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "threads must be an integer"));
+}
+
+TEST_F(LoaderTest, KeyOtherThanStream) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source, key: camera}
+)");
+  EXPECT_AT(d, 3, 41);
+  EXPECT_TRUE(contains(d.hint, "`stream`")) << d.to_string();
+}
+
+TEST_F(LoaderTest, KeyGivenTwice) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    type: sim.work
+)");
+  EXPECT_AT(d, 5, 5);
+  EXPECT_TRUE(contains(d.message, "'type' is given twice")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "line 4")) << d.to_string();
+}
+
+// -- all at once ---
+
+TEST_F(LoaderTest, ReportsEveryMistakeInFileOrder) {
+  load(R"(pipeline: t
+stages:
+  - id: work
+    type: sim.work
+    inputs: {in: nowhere/out}
+    params: {service_us: -5}
+  - id: sink
+    type: sim.snk
+    inputs: {in: work/out}
+)");
+  ASSERT_EQ(diagnostics_.size(), 3U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 5, 18);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "unknown stage 'nowhere'"));
+  EXPECT_AT(diagnostics_[1], 6, 26);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "'service_us' = -5 is out of range"));
+  EXPECT_AT(diagnostics_[2], 8, 11);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "unknown stage type 'sim.snk'"));
+  for (const auto& d : diagnostics_) {
+    EXPECT_EQ(d.file, "test.yaml");
+    EXPECT_FALSE(d.hint.empty()) << d.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace swarmflow

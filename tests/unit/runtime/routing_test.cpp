@@ -1,0 +1,202 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "runtime/routing.hpp"
+
+namespace swarmflow::runtime {
+namespace {
+
+using config::Overflow;
+
+Envelope env(std::uint64_t stream, std::uint64_t seq) {
+  EnvelopeHeader h;
+  h.stream = stream;
+  h.seq = seq;
+  return Envelope(h, nullptr);
+}
+
+TEST(ConsistentHashRing, SameStreamSameReplica) {
+  ConsistentHashRing ring(4);
+  for (std::uint64_t s = 0; s < 100; ++s) EXPECT_EQ(ring.replica_for(s), ring.replica_for(s));
+}
+
+TEST(ConsistentHashRing, SpreadsStreamsOverAllReplicas) {
+  ConsistentHashRing ring(4);
+  std::map<int, int> counts;
+  for (std::uint64_t s = 0; s < 4000; ++s) ++counts[ring.replica_for(s)];
+  ASSERT_EQ(counts.size(), 4U);
+  for (const auto& [r, n] : counts) {
+    EXPECT_GT(n, 500) << "replica " << r;
+    EXPECT_LT(n, 1500) << "replica " << r;
+  }
+}
+
+TEST(ConsistentHashRing, AddingAReplicaMovesFewStreams) {
+  ConsistentHashRing four(4);
+  ConsistentHashRing five(5);
+  int moved = 0;
+  for (std::uint64_t s = 0; s < 5000; ++s) {
+    const int a = four.replica_for(s);
+    const int b = five.replica_for(s);
+    if (a != b) {
+      ++moved;
+      EXPECT_EQ(b, 4) << "a stream moved between two old replicas";
+    }
+  }
+  EXPECT_LT(moved, 5000 * 2 / 5);
+}
+
+TEST(PickLeastDelay, PrefersShorterExpectedDelay) {
+  // Replica 0: 3 outstanding x 100 ns; replica 1: 1 outstanding x 1000 ns.
+  std::vector<ReplicaView> v = {{5, 100}, {7, 1000}};
+  EXPECT_EQ(pick_least_delay(v, 8, 0), 0);  // (3+1)*100=400 < (1+1)*1000
+  v[0].credits = 1;                          // (7+1)*100=800 < 2000 still
+  EXPECT_EQ(pick_least_delay(v, 8, 0), 0);
+  v[1].service_ns = 300;                     // (1+1)*300=600 < 800
+  EXPECT_EQ(pick_least_delay(v, 8, 0), 1);
+}
+
+TEST(PickLeastDelay, SkipsReplicasWithoutCreditAndRotatesTies) {
+  std::vector<ReplicaView> v = {{0, 10}, {4, 10}, {4, 10}};
+  EXPECT_EQ(pick_least_delay(v, 4, 0), 1);
+  EXPECT_EQ(pick_least_delay(v, 4, 2), 2);
+  v[1].credits = 0;
+  v[2].credits = 0;
+  EXPECT_EQ(pick_least_delay(v, 4, 0), -1);
+}
+
+TEST(PickLeastDelay, UnknownServiceTimeCountsAsMean) {
+  std::vector<ReplicaView> v = {{2, 0}, {4, 100}};
+  EXPECT_EQ(pick_least_delay(v, 4, 0), 1);  // (2+1)*100 > (0+1)*100
+}
+
+TEST(EdgeRouter, SendsOnlyAgainstCredit) {
+  EdgeRouter r(1, 2, Overflow::block, false);
+  std::vector<Dispatch> out;
+  r.offer(env(0, 0), out);
+  r.offer(env(0, 1), out);
+  EXPECT_EQ(out.size(), 2U);
+  EXPECT_FALSE(r.blocked());
+  r.offer(env(0, 2), out);
+  EXPECT_EQ(out.size(), 2U);
+  EXPECT_TRUE(r.blocked());
+  EXPECT_EQ(r.waiting(), 1U);
+  out.clear();
+  r.on_ack(0, 1, 1, 50, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].envelope.header().seq, 2U);
+  EXPECT_FALSE(r.blocked());
+  EXPECT_EQ(r.dropped(), 0U);
+  EXPECT_EQ(r.offered(), 3U);
+  EXPECT_EQ(r.dispatched(), 3U);
+}
+
+TEST(EdgeRouter, DropNewestKeepsTheOldWaitingOnes) {
+  EdgeRouter r(1, 2, Overflow::drop_newest, false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 10; ++i) r.offer(env(0, i), out);
+  EXPECT_EQ(out.size(), 2U);  // seq 0, 1 sent
+  EXPECT_EQ(r.waiting(), 2U);  // seq 2, 3 wait
+  EXPECT_EQ(r.dropped(), 6U);
+  EXPECT_FALSE(r.blocked());
+  out.clear();
+  r.on_ack(0, 2, 2, 0, out);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[0].envelope.header().seq, 2U);
+  EXPECT_EQ(out[1].envelope.header().seq, 3U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+}
+
+TEST(EdgeRouter, DropOldestKeepsTheFreshOnes) {
+  EdgeRouter r(1, 2, Overflow::drop_oldest, false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 10; ++i) r.offer(env(0, i), out);
+  EXPECT_EQ(r.dropped(), 6U);
+  out.clear();
+  r.on_ack(0, 2, 2, 0, out);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[0].envelope.header().seq, 8U);
+  EXPECT_EQ(out[1].envelope.header().seq, 9U);
+}
+
+TEST(EdgeRouter, LiveSourceDropsInsteadOfBlocking) {
+  EdgeRouter r(1, 1, Overflow::block, false);
+  std::vector<Dispatch> out;
+  r.offer(env(0, 0), out, false);
+  r.offer(env(0, 1), out, false);
+  EXPECT_EQ(out.size(), 1U);
+  EXPECT_EQ(r.dropped(), 1U);
+  EXPECT_FALSE(r.blocked());
+}
+
+TEST(EdgeRouter, KeyedEdgeKeepsStreamsOnTheirReplicaAndInOrder) {
+  EdgeRouter r(3, 2, Overflow::block, true);
+  ConsistentHashRing ring(3);
+  std::vector<Dispatch> out;
+  std::map<std::uint64_t, std::uint64_t> next_seq;
+  std::uint64_t produced = 0;
+  // Produce 3 streams; ack whatever was sent each round, with one replica slow.
+  for (int round = 0; round < 50; ++round) {
+    for (std::uint64_t s = 0; s < 3; ++s) {
+      if (!r.blocked()) r.offer(env(s, next_seq[s]++), out), ++produced;
+    }
+    std::map<int, int> per_replica;
+    for (const auto& d : out) {
+      EXPECT_EQ(d.replica, ring.replica_for(d.envelope.header().stream));
+      ++per_replica[d.replica];
+    }
+    static std::map<std::uint64_t, std::uint64_t> seen;
+    for (const auto& d : out) {
+      EXPECT_EQ(d.envelope.header().seq, seen[d.envelope.header().stream]++);
+    }
+    out.clear();
+    for (const auto& [replica, n] : per_replica) {
+      if (replica == 0 && round % 3 != 0) continue;  // replica 0 acks late
+      r.on_ack(replica, n, n, 0, out);
+    }
+  }
+  EXPECT_EQ(r.offered(), produced);
+}
+
+TEST(EdgeRouter, RoutesAwayFromASlowReplica) {
+  EdgeRouter r(2, 8, Overflow::block, false);
+  std::vector<Dispatch> out;
+  r.offer(env(0, 0), out);
+  r.offer(env(0, 1), out);
+  ASSERT_EQ(out.size(), 2U);
+  std::vector<Dispatch> more;
+  // Replica 0 reports 10x the service time of replica 1.
+  r.on_ack(out[0].replica, 1, 1, out[0].replica == 0 ? 10000 : 1000, more);
+  r.on_ack(out[1].replica, 1, 1, out[1].replica == 0 ? 10000 : 1000, more);
+  std::map<int, int> counts;
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    more.clear();
+    r.offer(env(0, 2 + i), more);
+    ASSERT_EQ(more.size(), 1U);
+    ++counts[more[0].replica];
+  }
+  EXPECT_GT(counts[1], counts[0]);
+}
+
+TEST(EdgeRouter, KeepsSentEnvelopesUntilReleased) {
+  EdgeRouter r(1, 4, Overflow::block, false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 4; ++i) r.offer(env(0, i), out);
+  EXPECT_EQ(r.in_flight(0), 4U);
+  out.clear();
+  r.on_ack(0, 4, 0, 0, out);  // credit back, nothing released yet
+  EXPECT_EQ(r.in_flight(0), 4U);
+  r.on_ack(0, 0, 3, 0, out);
+  EXPECT_EQ(r.in_flight(0), 1U);
+}
+
+TEST(AckThreshold, NeverZeroAndAtMostHalfTheCapacity) {
+  EXPECT_EQ(ack_threshold(1), 1);
+  EXPECT_EQ(ack_threshold(2), 1);
+  EXPECT_EQ(ack_threshold(16), 8);
+}
+
+}  // namespace
+}  // namespace swarmflow::runtime
