@@ -1,0 +1,197 @@
+// The `swarmflow` command end to end: exit codes, diagnostics, the report,
+// and a clean drain on SIGINT.
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "swarmflow-cli-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name)) << text;
+    return file(name);
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
+  std::vector<std::string> argv_s = {SWARMFLOW_CLI};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result run_cli(const TempDir& dir, const std::vector<std::string>& args) {
+  const std::string out = dir.file("stdout.txt");
+  const std::string err = dir.file("stderr.txt");
+  Result r;
+  r.exit_code = wait_exit(spawn_cli(args, out, err));
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+void expect_conserved(const nlohmann::json& report) {
+  for (const auto& e : report["edges"]) {
+    EXPECT_EQ(e["sent"].get<std::uint64_t>(), e["delivered"].get<std::uint64_t>() + e["dropped"].get<std::uint64_t>())
+        << e.dump();
+  }
+}
+
+TEST(Cli, RunWritesAReportThatConservesEveryEdge) {
+  TempDir dir;
+  const std::string yaml = dir.write("p.yaml",
+                                     "pipeline: cli\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.source, params: {count: 2000, streams: 2}}\n"
+                                     "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out}}\n"
+                                     "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n");
+  Result r = run_cli(dir, {"run", yaml, "--quiet", "--report", dir.file("report.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("pipeline cli: ok"), std::string::npos) << r.out;
+  auto report = nlohmann::json::parse(slurp(dir.file("report.json")));
+  EXPECT_EQ(report["pipeline"], "cli");
+  EXPECT_TRUE(report["ok"].get<bool>());
+  EXPECT_GT(report["duration_s"].get<double>(), 0.0);
+  EXPECT_EQ(report["stages"]["work"]["processed"], 2000);
+  EXPECT_EQ(report["stages"]["work"]["restarts"], 0);
+  EXPECT_EQ(report["sinks"]["sink"]["received"], 2000);
+  EXPECT_EQ(report["sinks"]["sink"]["lost"], 0);
+  EXPECT_EQ(report["sinks"]["sink"]["duplicate"], 0);
+  EXPECT_EQ(report["sinks"]["sink"]["reordered"], 0);
+  EXPECT_TRUE(report["sinks"]["sink"]["latency_ms"].contains("p99"));
+  ASSERT_EQ(report["edges"].size(), 2U);
+  expect_conserved(report);
+}
+
+TEST(Cli, InvalidPipelineExitsWithTwoAndEveryMistakeWithItsPlace) {
+  TempDir dir;
+  const std::string yaml = dir.write("bad.yaml",
+                                     "pipeline: bad\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.sorce}\n"
+                                     "  - id: sink\n"
+                                     "    type: sim.sink\n"
+                                     "    inputs: {in: nowhere/out}\n");
+  Result r = run_cli(dir, {"validate", yaml});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(yaml + ":3:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sim.source"), std::string::npos) << "hint names the nearest type: " << r.err;
+  EXPECT_NE(r.err.find(yaml + ":6:"), std::string::npos) << r.err;
+  EXPECT_EQ(run_cli(dir, {"run", yaml}).exit_code, 2);
+}
+
+TEST(Cli, ValidateGraphAndDescribe) {
+  TempDir dir;
+  const std::string quickstart = std::string(SWARMFLOW_SOURCE_DIR) + "/pipelines/quickstart.yaml";
+  EXPECT_EQ(run_cli(dir, {"validate", quickstart}).exit_code, 0);
+  Result g = run_cli(dir, {"graph", quickstart});
+  EXPECT_EQ(g.exit_code, 0);
+  EXPECT_NE(g.out.find("digraph"), std::string::npos);
+  EXPECT_NE(g.out.find("\"source\" -> \"work\""), std::string::npos) << g.out;
+  Result all = run_cli(dir, {"describe"});
+  EXPECT_EQ(all.exit_code, 0);
+  for (const char* t : {"sim.source", "sim.work", "sim.sink", "io.jsonl"}) {
+    EXPECT_NE(all.out.find(t), std::string::npos) << t;
+  }
+  Result one = run_cli(dir, {"describe", "sim.work"});
+  EXPECT_EQ(one.exit_code, 0);
+  EXPECT_NE(one.out.find("fail_every"), std::string::npos);
+  EXPECT_NE(one.out.find("swarmflow.schema.Blob"), std::string::npos);
+  EXPECT_EQ(run_cli(dir, {"describe", "sim.wrk"}).exit_code, 2);
+}
+
+TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
+  TempDir dir;
+  const std::string lines = dir.file("lines.jsonl");
+  const std::string yaml = dir.write("endless.yaml",
+                                     "pipeline: endless\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.source, params: {count: 0, rate_hz: 2000}}\n"
+                                     "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {service_us: 100}}\n"
+                                     "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n"
+                                     "  - {id: dump, type: io.jsonl, inputs: {in: work/out},\n"
+                                     "     params: {path: \"" + lines + "\", flush: true}}\n");
+  const std::string report = dir.file("report.json");
+  pid_t pid = spawn_cli({"run", yaml, "--quiet", "--report", report}, dir.file("o.txt"), dir.file("e.txt"));
+  ASSERT_GT(pid, 0);
+  // Wait until envelopes flow end to end, then interrupt.
+  while (true) {
+    std::ifstream in(lines);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line) && n < 20) ++n;
+    if (n >= 20) break;
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "exited early: " << slurp(dir.file("e.txt"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid), 0) << slurp(dir.file("e.txt"));
+  auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["finished"].get<bool>());
+  expect_conserved(r);
+  const auto produced = r["stages"]["src"]["processed"].get<std::int64_t>();
+  EXPECT_GT(produced, 0);
+  EXPECT_EQ(r["sinks"]["sink"]["received"].get<std::int64_t>(), produced);
+  EXPECT_EQ(r["sinks"]["sink"]["lost"], 0);
+}
+
+}  // namespace
