@@ -54,12 +54,14 @@ struct Options {
   int capacity = 64;               ///< swarmflow: queue capacity of every edge
   int payload_bytes = 64;
   std::string json_path;           ///< write the results as JSON here when set
+  std::string only;                ///< "raw" or "swarmflow": run one side only (for profiling)
 };
 
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [--n N] [--latency-n N] [--rate HZ] [--threads T] [--repeat R]\n"
       "          [--window W] [--capacity C] [--payload-bytes B] [--json FILE]\n"
+      "          [--only raw|swarmflow]\n"
       "  --n            messages per throughput run (default 200000)\n"
       "  --latency-n    messages per latency run (default 40000)\n"
       "  --rate         paced load of the latency runs, messages/s (default 20000)\n"
@@ -68,7 +70,8 @@ void usage(const char* argv0) {
       "  --window       raw CAF: most messages outstanding, acked every W/2 (default 1024)\n"
       "  --capacity     swarmflow: queue capacity of every edge (default 64)\n"
       "  --payload-bytes  bytes of data per Blob (default 64)\n"
-      "  --json FILE    also write the results as JSON to FILE\n",
+      "  --json FILE    also write the results as JSON to FILE\n"
+      "  --only SIDE    run only `raw` or only `swarmflow` (to profile one side)\n",
       argv0);
 }
 
@@ -100,6 +103,12 @@ bool parse(int argc, char** argv, Options& o) {
       o.payload_bytes = std::atoi(value("--payload-bytes"));
     } else if (a == "--json") {
       o.json_path = value("--json");
+    } else if (a == "--only") {
+      o.only = value("--only");
+      if (o.only != "raw" && o.only != "swarmflow") {
+        std::fprintf(stderr, "--only takes raw or swarmflow\n");
+        return false;
+      }
     } else if (a == "-h" || a == "--help") {
       usage(argv[0]);
       std::exit(0);
@@ -379,6 +388,9 @@ RunResult median_by(std::vector<RunResult> runs, Key key) {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
+/// Messages per second of a run of n messages; 0 for a run that did not happen.
+double per_s(std::int64_t n, const RunResult& r) { return r.seconds > 0 ? static_cast<double>(n) / r.seconds : 0; }
+
 std::string command_line(int argc, char** argv) {
   std::string c;
   for (int i = 0; i < argc; ++i) {
@@ -429,17 +441,21 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<RunResult> raw_tp, sf_tp, raw_lat, sf_lat;
+  const bool run_raw_side = o.only != "swarmflow";
+  const bool run_sf_side = o.only != "raw";
+  RunResult skipped;  // stands for the side that --only leaves out
+  skipped.ok = true;
   bool all_ok = true;
   for (int i = 0; i < o.repeat; ++i) {
-    raw_tp.push_back(run_raw(o, o.n, 0, false));
-    sf_tp.push_back(run_swarmflow(o, o.n, 0));
-    std::printf("  throughput run %d: raw %.0f msg/s, swarmflow %.0f msg/s\n", i + 1,
-                static_cast<double>(o.n) / raw_tp.back().seconds, static_cast<double>(o.n) / sf_tp.back().seconds);
+    raw_tp.push_back(run_raw_side ? run_raw(o, o.n, 0, false) : skipped);
+    sf_tp.push_back(run_sf_side ? run_swarmflow(o, o.n, 0) : skipped);
+    std::printf("  throughput run %d: raw %.0f msg/s, swarmflow %.0f msg/s\n", i + 1, per_s(o.n, raw_tp.back()),
+                per_s(o.n, sf_tp.back()));
     std::fflush(stdout);
   }
   for (int i = 0; i < o.repeat; ++i) {
-    raw_lat.push_back(run_raw(o, o.latency_n, o.rate_hz, true));
-    sf_lat.push_back(run_swarmflow(o, o.latency_n, o.rate_hz));
+    raw_lat.push_back(run_raw_side ? run_raw(o, o.latency_n, o.rate_hz, true) : skipped);
+    sf_lat.push_back(run_sf_side ? run_swarmflow(o, o.latency_n, o.rate_hz) : skipped);
     std::printf("  latency run %d: p50 raw %.3f ms, swarmflow %.3f ms\n", i + 1, raw_lat.back().latency.p50,
                 sf_lat.back().latency.p50);
     std::fflush(stdout);
@@ -454,8 +470,8 @@ int main(int argc, char** argv) {
   const RunResult st = median_by(sf_tp, by_seconds);
   const RunResult rl = median_by(raw_lat, by_p50);
   const RunResult sl = median_by(sf_lat, by_p50);
-  const double raw_mps = static_cast<double>(o.n) / rt.seconds;
-  const double sf_mps = static_cast<double>(o.n) / st.seconds;
+  const double raw_mps = per_s(o.n, rt);
+  const double sf_mps = per_s(o.n, st);
 
   std::printf("\nthroughput (saturated, N=%lld)          raw CAF      swarmflow   swarmflow/raw\n",
               static_cast<long long>(o.n));
