@@ -25,6 +25,10 @@ class Payload {
   static std::shared_ptr<const Payload> copy_of(const void* data, std::size_t size);
   /// Adopts `bytes` without copying them.
   static std::shared_ptr<const Payload> adopt(std::vector<std::uint8_t> bytes);
+  /// Refers to `size` bytes at `data` that `owner` keeps alive (a received
+  /// network message, say); no copy.
+  static std::shared_ptr<const Payload> wrap(const std::uint8_t* data, std::size_t size,
+                                             std::shared_ptr<const void> owner);
 
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
@@ -44,6 +48,7 @@ class Payload {
   Payload() = default;
   flatbuffers::DetachedBuffer detached_;
   std::vector<std::uint8_t> bytes_;
+  std::shared_ptr<const void> owner_;
   const std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };

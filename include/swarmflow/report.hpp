@@ -46,6 +46,19 @@ struct EdgeReport {
   std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
 };
 
+/// One unit's data plane: what crossed it and what was refused.
+struct UnitReport {
+  std::string id;
+  int replicas = 0;               ///< replicas it hosts
+  std::uint64_t sent = 0;         ///< messages sent to other units
+  std::uint64_t received = 0;     ///< verified messages received
+  std::uint64_t rejected = 0;     ///< dropped by verification (malformed, oversize, unknown type)
+  std::uint64_t unknown_peer = 0; ///< from a peer not in the unit list
+  std::uint64_t send_failed = 0;  ///< could not be handed to a peer
+  std::uint64_t refused_handshakes = 0;  ///< peers refused by CURVE/ZAP (plaintext, wrong or unknown key)
+  std::map<std::string, std::uint64_t> rejected_by_reason;
+};
+
 /// The whole run.
 struct RunReport {
   std::string pipeline;
@@ -55,8 +68,9 @@ struct RunReport {
   std::string error;
   std::vector<StageReport> stages;
   std::vector<EdgeReport> edges;
+  std::vector<UnitReport> units;
 
-  /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks.
+  /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units.
   std::string to_json() const;
   const StageReport* stage(const std::string& id) const;
   const EdgeReport* edge(const std::string& from, const std::string& to) const;

@@ -18,9 +18,30 @@ namespace swarmflow {
 
 /// Options of a run that the pipeline file does not carry.
 struct RuntimeOptions {
-  /// Worker threads per unit; 0 = the unit's `threads`, else the machine's cores.
+  /// Worker threads per unit; 0 = the unit's `threads`, else the machine's
+  /// cores shared by the units of this process.
   int threads = 0;
+  /// Ids of the units this process hosts; empty = all of them. The others run
+  /// as `swarmflow unit` processes and join the coordinator.
+  std::vector<std::string> units;
+  /// Whether this process runs the coordinator (`swarmflow run`) or is a unit
+  /// process that joins one (`swarmflow unit`).
+  bool coordinator = true;
+  /// How long to wait for units to join and for the placement, in ms.
+  int join_timeout_ms = 30000;
+  /// A unit whose heartbeats stop for this long is declared dead, in ms.
+  int dead_after_ms = 2000;
+  /// How long a unit process waits for the coordinator's goodbye, in ms.
+  int leave_timeout_ms = 5000;
+  /// The CURVE key pair file (`swarmflow keygen`) of the units and the
+  /// coordinator hosted here; needed when any of them is on tcp://.
+  std::string secret_key_path;
 };
+
+/// Makes a CURVE key pair for a unit (or the coordinator) and writes it to
+/// `path` (both keys, mode 0600) and `path.pub` (the public key, to list as
+/// the unit's `public_key`). Refuses to replace files unless `overwrite`.
+Status write_key_pair(const std::string& path, bool overwrite = false);
 
 /// A pipeline's life: load -> (subscribe) -> start -> wait, or stop.
 class Runtime {
@@ -49,6 +70,10 @@ class Runtime {
   Status start();
   /// Asks sources to end; everything in flight drains. Safe from any thread.
   void request_stop();
+  /// Ends the run now, without draining: what is in flight is lost (and
+  /// shows as such in the report). For a second Ctrl-C, or a unit process
+  /// whose peers are gone.
+  void abort(const std::string& reason);
   /// Blocks until the run has ended; returns its status.
   Status wait();
   /// `start` then `wait`.

@@ -51,11 +51,23 @@ struct RunArgs {
   double duration_s = 0;
   bool quiet = false;
   int threads = 0;
+  std::vector<std::string> units;  ///< units hosted here; empty = all
+  bool coordinator = true;         ///< false for `swarmflow unit`
+  int join_timeout_ms = 30000;
+  std::string secret_key;
 };
+
+/// How long a unit process waits for its peers to drain after a signal
+/// before it leaves without them.
+constexpr int kUnitDrainMs = 500;
 
 int cmd_run(const RunArgs& args) {
   swarmflow::RuntimeOptions options;
   options.threads = args.threads;
+  options.units = args.units;
+  options.coordinator = args.coordinator;
+  options.join_timeout_ms = args.join_timeout_ms;
+  options.secret_key_path = args.secret_key;
   swarmflow::Runtime rt(options);
   if (int rc = load(rt, args.file); rc != kExitOk) return rc;
   install_signal_handlers();
@@ -69,16 +81,27 @@ int cmd_run(const RunArgs& args) {
   auto last_print = t0;
   swarmflow::RunReport previous = rt.report();
   bool stop_sent = false;
+  auto stop_time = t0;
   while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(args.coordinator ? 100 : 20));
     swarmflow::RunReport now = rt.report();
     if (now.finished) break;
     const auto t = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(t - t0).count();
     if (!stop_sent && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
-      if (g_signals.load() > 0) std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
+      if (g_signals.load() > 0 && !args.quiet) {
+        std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
+      }
       rt.request_stop();
       stop_sent = true;
+      stop_time = t;
+    }
+    // A unit process cannot wait for peers that may be gone: after a short
+    // drain it leaves, and what was still in flight is reported lost.
+    if (stop_sent && !args.coordinator && g_signals.load() > 0 &&
+        std::chrono::duration<double, std::milli>(t - stop_time).count() >= kUnitDrainMs) {
+      rt.abort("unit stopped by a signal before its peers drained");
+      break;
     }
     const double since = std::chrono::duration<double>(t - last_print).count();
     if (!args.quiet && since >= (tty ? 0.5 : 2.0)) {
@@ -102,8 +125,20 @@ int cmd_run(const RunArgs& args) {
   }
   if (!s.ok()) {
     std::fprintf(stderr, "swarmflow: run failed: %s\n", s.message().c_str());
+    // A unit told to leave by a signal has done what it was asked.
+    return (!args.coordinator && g_signals.load() > 0) ? kExitOk : kExitRuntime;
+  }
+  return kExitOk;
+}
+
+int cmd_keygen(const std::string& path, bool force) {
+  swarmflow::Status s = swarmflow::write_key_pair(path, force);
+  if (!s.ok()) {
+    std::fprintf(stderr, "swarmflow: %s\n", s.message().c_str());
     return kExitRuntime;
   }
+  std::printf("wrote %s (secret, keep it private) and %s.pub (public: list it as the unit's public_key)\n",
+              path.c_str(), path.c_str());
   return kExitOk;
 }
 
@@ -187,6 +222,28 @@ int main(int argc, char** argv) {
   run->add_option("--duration", run_args.duration_s, "stop sources after this many seconds");
   run->add_option("--threads", run_args.threads, "worker threads per unit");
   run->add_flag("--quiet", run_args.quiet, "no progress line");
+  run->add_option("--units", run_args.units, "host only these units here (the rest join as `swarmflow unit`)")
+      ->delimiter(',');
+  run->add_option("--join-timeout-ms", run_args.join_timeout_ms, "how long to wait for units to join");
+  run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)");
+
+  RunArgs unit_args;
+  unit_args.coordinator = false;
+  unit_args.quiet = true;
+  std::string unit_id;
+  auto* unit = app.add_subcommand("unit", "run one unit of a pipeline as its own process; it joins the coordinator");
+  unit->add_option("file", unit_args.file, "pipeline definition (YAML)")->required();
+  unit->add_option("--id", unit_id, "the unit to run, as listed in the file")->required();
+  unit->add_option("--threads", unit_args.threads, "worker threads");
+  unit->add_option("--report", unit_args.report, "write this unit's own figures as JSON to this file");
+  unit->add_option("--join-timeout-ms", unit_args.join_timeout_ms, "how long to wait for the coordinator");
+  unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)");
+
+  std::string keygen_path;
+  bool keygen_force = false;
+  auto* keygen = app.add_subcommand("keygen", "write a CURVE key pair: PATH (secret, mode 0600) and PATH.pub");
+  keygen->add_option("path", keygen_path, "where to write the key pair")->required();
+  keygen->add_flag("--force", keygen_force, "replace existing files");
 
   std::string validate_file;
   auto* validate = app.add_subcommand("validate", "check a pipeline definition and report every mistake");
@@ -207,7 +264,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitInvalid;
   }
   if (*run) return cmd_run(run_args);
+  if (*unit) {
+    unit_args.units = {unit_id};
+    return cmd_run(unit_args);
+  }
   if (*validate) return cmd_validate(validate_file);
+  if (*keygen) return cmd_keygen(keygen_path, keygen_force);
   if (*graph) return cmd_graph(graph_file);
   if (*describe) return cmd_describe(describe_type);
   return kExitInvalid;

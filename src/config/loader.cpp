@@ -45,7 +45,8 @@ namespace {
 
 // -- vocabulary ---
 
-const std::vector<std::string> kTopKeys = {"pipeline", "units", "coordinator", "stages", "placement"};
+const std::vector<std::string> kTopKeys = {"pipeline", "units", "coordinator", "coordinator_key", "stages",
+                                           "placement"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",    "type", "replicas", "params",   "inputs",
                                              "queue", "key",  "feedback", "placement"};
@@ -378,6 +379,8 @@ class Loader {
 
   // -- top level ---
 
+  static bool is_tcp(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
+
   void read_root(const YAML::Node& root) {
     if (!root.IsDefined() || root.IsNull()) {
       report({1, 1}, "the pipeline definition is empty", "start with `pipeline: NAME` and a `stages:` list");
@@ -386,10 +389,18 @@ class Loader {
     auto entries = read_map(root, loc_of(root), "the pipeline definition", kTopKeys);
     if (!entries) return;
     read_name(*entries, root);
-    if (const Entry* e = entries->find("coordinator")) {
-      if (auto endpoint = read_string(*e, "'coordinator'")) spec_.coordinator = *endpoint;
+    const Entry* coordinator = entries->find("coordinator");
+    if (coordinator != nullptr) {
+      if (auto endpoint = read_string(*coordinator, "'coordinator'")) spec_.coordinator = *endpoint;
+    }
+    if (const Entry* e = entries->find("coordinator_key")) {
+      if (auto key = read_string(*e, "'coordinator_key'")) spec_.coordinator_key = *key;
     }
     read_units(entries->find("units"));
+    if (coordinator != nullptr && is_tcp(spec_.coordinator) && spec_.coordinator_key.empty()) {
+      report(coordinator->value_loc(), "a tcp coordinator needs `coordinator_key`",
+             "tcp endpoints use CURVE: make a key pair with `swarmflow keygen` and give its public key (or .pub file)");
+    }
     read_stages(entries->find("stages"), root);
     if (const Entry* e = entries->find("placement")) read_placement(*e);
   }
@@ -471,6 +482,11 @@ class Loader {
     }
     if (const Entry* e = entries->find("public_key")) {
       if (auto key = read_string(*e, what + " public_key")) unit.public_key = *key;
+    }
+    if (is_tcp(unit.endpoint) && unit.public_key.empty()) {
+      const Entry* e = entries->find("endpoint");
+      report(e != nullptr ? e->value_loc() : loc_of(node), what + " has a tcp endpoint but no public_key",
+             "tcp endpoints use CURVE: make a key pair with `swarmflow keygen` and give its public key (or .pub file)");
     }
     spec_.units.push_back(std::move(unit));
   }

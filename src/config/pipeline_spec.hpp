@@ -66,7 +66,7 @@ struct UnitDecl {
   std::string endpoint;    ///< empty = in this process
   int threads = 0;         ///< 0 = machine's cores
   double speed = 1.0;
-  std::string public_key;
+  std::string public_key;  ///< CURVE public key (Z85 or a .pub file); required for tcp endpoints
 };
 
 /// `placement:` block.
@@ -83,7 +83,8 @@ struct PipelineSpec {
   std::vector<UnitDecl> units;
   std::vector<StageDecl> stages;
   PlacementDecl placement;
-  std::string coordinator;  ///< endpoint, optional
+  std::string coordinator;      ///< endpoint, optional
+  std::string coordinator_key;  ///< its CURVE public key (Z85 or a .pub file), for tcp
 
   const StageDecl* find_stage(const std::string& id) const;
 };

@@ -27,6 +27,15 @@ std::shared_ptr<const Payload> Payload::adopt(std::vector<std::uint8_t> bytes) {
   return p;
 }
 
+std::shared_ptr<const Payload> Payload::wrap(const std::uint8_t* data, std::size_t size,
+                                            std::shared_ptr<const void> owner) {
+  std::shared_ptr<Payload> p(new Payload());
+  p->owner_ = std::move(owner);
+  p->data_ = data;
+  p->size_ = size;
+  return p;
+}
+
 std::string_view Payload::identifier() const {
   constexpr std::size_t kOffset = sizeof(flatbuffers::uoffset_t);
   if (size_ < kOffset + flatbuffers::kFileIdentifierLength) return {};

@@ -77,4 +77,10 @@ LatencySummary LatencyHistogram::summary() const {
   return s;
 }
 
+void LatencyHistogram::add_bucket(int index, std::uint64_t count) {
+  if (index < 0 || index >= kBuckets) return;
+  buckets_[static_cast<std::size_t>(index)] += count;
+  count_ += count;
+}
+
 }  // namespace swarmflow::metrics

@@ -25,6 +25,19 @@ class LatencyHistogram {
   /// p50/p99/p99.9/max in milliseconds.
   LatencySummary summary() const;
 
+  /// Visits every non-empty bucket as (index, count), to send a histogram to
+  /// another process; `add_bucket` rebuilds it there.
+  template <class F>
+  void for_each_bucket(F&& f) const {
+    for (int i = 0; i < kBuckets; ++i) {
+      if (buckets_[static_cast<std::size_t>(i)] != 0) f(i, buckets_[static_cast<std::size_t>(i)]);
+    }
+  }
+  /// Adds `count` samples to bucket `index` (ignored when out of range).
+  void add_bucket(int index, std::uint64_t count);
+  /// Raises the recorded maximum to at least `ns`.
+  void observe_max(std::int64_t ns) { max_ = ns > max_ ? ns : max_; }
+
  private:
   static constexpr int kSubBits = 6;       // 64 linear sub-buckets per power of two
   static constexpr int kSub = 1 << kSubBits;

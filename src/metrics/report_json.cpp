@@ -57,6 +57,21 @@ Json sink_json(const StageReport& s) {
   return j;
 }
 
+Json unit_json(const UnitReport& u) {
+  Json j = Json::object();
+  j["replicas"] = u.replicas;
+  j["sent"] = u.sent;
+  j["received"] = u.received;
+  j["rejected"] = u.rejected;
+  j["unknown_peer"] = u.unknown_peer;
+  j["send_failed"] = u.send_failed;
+  j["refused_handshakes"] = u.refused_handshakes;
+  Json reasons = Json::object();
+  for (const auto& [reason, n] : u.rejected_by_reason) reasons[reason] = n;
+  j["rejected_by_reason"] = std::move(reasons);
+  return j;
+}
+
 }  // namespace
 
 std::string RunReport::to_json() const {
@@ -77,6 +92,9 @@ std::string RunReport::to_json() const {
   j["stages"] = std::move(stages_j);
   j["edges"] = std::move(edges_j);
   j["sinks"] = std::move(sinks_j);
+  Json units_j = Json::object();
+  for (const UnitReport& u : units) units_j[u.id] = unit_json(u);
+  j["units"] = std::move(units_j);
   // Names and messages come from users and stages; never fail on bad UTF-8.
   return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +22,7 @@
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
 #include "metrics/histogram.hpp"
+#include "transport/transport.hpp"
 
 namespace swarmflow::runtime {
 
@@ -35,6 +38,7 @@ struct ReplicaStats {
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;
   void record_latency(std::int64_t ns);
+  void merge_latency(const metrics::LatencyHistogram& other);
   metrics::LatencyHistogram latency() const;
 
  private:
@@ -52,13 +56,28 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> peak_in_flight{0};
 };
 
+/// A unit's transport counters as reported from another process.
+struct RemoteTransportStats {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  std::array<std::uint64_t, 8> rejected{};
+  std::uint64_t unknown_peer = 0;
+  std::uint64_t send_failed = 0;
+};
+
 /// Everything about a run that outlives any one actor.
 struct RunState {
   config::PipelineSpec spec;
   graph::Graph graph;
   const Registry* registry = nullptr;
 
-  /// replicas[node][replica]
+  /// The unit hosting each replica: unit_of[node][replica].
+  std::vector<std::vector<int>> unit_of;
+  std::vector<double> unit_speed;  ///< by unit
+  /// Data plane of each unit hosted in this process (null for the others).
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::uint32_t epoch = 1;
+  /// The actor of each replica hosted in this process: actors[node][replica].
   std::vector<std::vector<caf::actor>> actors;
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
   /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
@@ -68,10 +87,17 @@ struct RunState {
   std::vector<std::vector<std::vector<Runtime::Subscriber>>> subscribers;
 
   std::atomic<bool> stop_requested{false};
-  double speed = 1.0;
+
+  /// Transport counters of units hosted elsewhere, from their UnitDone.
+  void set_remote_transport(int unit, const RemoteTransportStats& stats);
+  std::optional<RemoteTransportStats> remote_transport(int unit) const;
 
   // -- completion ---------------------------------------------------------
-  void replica_finished();
+  void replica_finished(int count = 1);
+  /// Ends the run now with an error (a unit died, the coordinator is gone):
+  /// waiters wake although replicas have not finished.
+  void abort(const std::string& message);
+  bool aborted() const;
   void fail(const std::string& message);
   bool wait_finished(std::int64_t timeout_ms);  ///< true when all replicas finished
   int total_replicas = 0;
@@ -86,7 +112,9 @@ struct RunState {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int finished_ = 0;
+  bool aborted_ = false;
   std::string error_;
+  std::map<int, RemoteTransportStats> remote_transport_;
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.

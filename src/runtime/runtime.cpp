@@ -6,7 +6,13 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "placement/static_placement.hpp"
+#include "runtime/messages.hpp"
 #include "runtime/run_state.hpp"
+#include "runtime/stats_codec.hpp"
+#include "transport/control.hpp"
+#include "transport/security.hpp"
+#include "transport/transport.hpp"
 
 namespace swarmflow {
 namespace runtime {
@@ -34,6 +40,11 @@ void ReplicaStats::record_latency(std::int64_t ns) {
   latency_.record(ns);
 }
 
+void ReplicaStats::merge_latency(const metrics::LatencyHistogram& other) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  latency_.merge(other);
+}
+
 metrics::LatencyHistogram ReplicaStats::latency() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return latency_;
@@ -41,13 +52,39 @@ metrics::LatencyHistogram ReplicaStats::latency() const {
 
 // -- RunState -----------------------------------------------------------------
 
-void RunState::replica_finished() {
+void RunState::replica_finished(int count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++finished_;
-  if (finished_ == total_replicas) {
+  const bool was_done = finished_ >= total_replicas;
+  finished_ += count;
+  if (!was_done && finished_ >= total_replicas) {
     end_ns.store(steady_now_ns());
     cv_.notify_all();
   }
+}
+
+void RunState::abort(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_.empty()) error_ = message;
+  if (!aborted_ && finished_ < total_replicas) end_ns.store(steady_now_ns());
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+bool RunState::aborted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_;
+}
+
+void RunState::set_remote_transport(int unit, const RemoteTransportStats& stats) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  remote_transport_[unit] = stats;
+}
+
+std::optional<RemoteTransportStats> RunState::remote_transport(int unit) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = remote_transport_.find(unit);
+  if (it == remote_transport_.end()) return std::nullopt;
+  return it->second;
 }
 
 void RunState::fail(const std::string& message) {
@@ -57,7 +94,7 @@ void RunState::fail(const std::string& message) {
 
 bool RunState::wait_finished(std::int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto done = [this] { return finished_ >= total_replicas; };
+  auto done = [this] { return aborted_ || finished_ >= total_replicas; };
   if (timeout_ms < 0) {
     cv_.wait(lock, done);
     return true;
@@ -77,7 +114,7 @@ std::string RunState::error() const {
 
 bool RunState::finished() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return finished_ >= total_replicas;
+  return aborted_ || finished_ >= total_replicas;
 }
 
 namespace {
@@ -126,7 +163,62 @@ RunReport build_report(const RunState& run) {
     }
     r.edges.push_back(std::move(e));
   }
+  for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
+    UnitReport unit;
+    unit.id = run.spec.units[u].id;
+    for (const auto& replicas : run.unit_of) {
+      for (int owner : replicas) unit.replicas += owner == static_cast<int>(u) ? 1 : 0;
+    }
+    if (u < run.transports.size() && run.transports[u]) {
+      const auto& c = run.transports[u]->counters();
+      unit.sent = c.sent.load();
+      unit.received = c.received.load();
+      unit.rejected = c.rejected_total();
+      unit.unknown_peer = c.unknown_peer.load();
+      unit.send_failed = c.send_failed.load();
+      unit.refused_handshakes = c.auth_refused.load();
+      for (std::size_t i = 1; i < c.rejected.size(); ++i) {
+        const auto n = c.rejected[i].load();
+        if (n > 0) unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = n;
+      }
+    } else if (auto remote = run.remote_transport(static_cast<int>(u))) {
+      unit.sent = remote->sent;
+      unit.received = remote->received;
+      unit.unknown_peer = remote->unknown_peer;
+      unit.send_failed = remote->send_failed;
+      for (std::size_t i = 1; i < remote->rejected.size(); ++i) {
+        unit.rejected += remote->rejected[i];
+        if (remote->rejected[i] > 0) {
+          unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = remote->rejected[i];
+        }
+      }
+    }
+    r.units.push_back(std::move(unit));
+  }
   return r;
+}
+
+/// Hands a verified inbound message to the local replica it is for.
+void deliver_inbound(RunState& run, int unit, transport::Inbound&& in) {
+  const auto node = static_cast<std::size_t>(in.destination.node);
+  const auto replica = static_cast<std::size_t>(in.destination.replica);
+  if (node >= run.actors.size() || replica >= run.actors[node].size() ||
+      run.unit_of[node][replica] != unit || !run.actors[node][replica]) {
+    return;  // not hosted here; the transport counted it as received, the sender will replay
+  }
+  const caf::actor& target = run.actors[node][replica];
+  const auto& h = in.header;
+  switch (in.destination.kind) {
+    case transport::FrameKind::deliver:
+      caf::anon_send(target, deliver_atom::value, h.edge, h.from_replica, Envelope(h.envelope, std::move(in.payload)));
+      break;
+    case transport::FrameKind::ack:
+      caf::anon_send(target, ack_atom::value, h.edge, h.from_replica, h.credits, h.released, h.service_ns);
+      break;
+    case transport::FrameKind::eos:
+      caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
+      break;
+  }
 }
 
 template <class T>
@@ -139,18 +231,197 @@ std::vector<std::unique_ptr<T>> make_n(int n) {
 }  // namespace
 }  // namespace runtime
 
+// -- the cluster, as the coordinator and as a unit process see it -------------
+
+namespace runtime {
+namespace {
+
+/// The coordinator's view of the units in other processes. Soft state: it is
+/// rebuilt from what the units send.
+struct ClusterView {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<bool> remote;  ///< by unit
+  std::vector<bool> joined;
+  std::vector<bool> ready;
+  std::vector<bool> done;
+  std::vector<std::int64_t> last_seen_ns;
+  std::uint64_t unknown_units = 0;
+
+  bool all(const std::vector<bool>& flags) {
+    for (std::size_t u = 0; u < flags.size(); ++u) {
+      if (remote[u] && !flags[u]) return false;
+    }
+    return true;
+  }
+  std::string missing(const std::vector<bool>& flags, const config::PipelineSpec& spec) {
+    std::string out;
+    for (std::size_t u = 0; u < flags.size(); ++u) {
+      if (remote[u] && !flags[u]) out += (out.empty() ? "" : ", ") + spec.units[u].id;
+    }
+    return out;
+  }
+};
+
+/// What a unit process hears from the coordinator.
+struct UnitSide {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool has_plan = false;
+  std::uint32_t epoch = 0;
+  std::vector<std::vector<int>> plan;
+  bool go = false;
+  bool shutdown = false;
+};
+
+int unit_index(const config::PipelineSpec& spec, const std::string& id) {
+  for (std::size_t u = 0; u < spec.units.size(); ++u) {
+    if (spec.units[u].id == id) return static_cast<int>(u);
+  }
+  return -1;
+}
+
+int replicas_on(const RunState& run, int unit) {
+  int n = 0;
+  for (const auto& replicas : run.unit_of) {
+    for (int owner : replicas) n += owner == unit ? 1 : 0;
+  }
+  return n;
+}
+
+void stop_local_sources(RunState& run) {
+  run.stop_requested.store(true);
+  for (const auto& node : run.graph.nodes) {
+    if (!node.source()) continue;
+    for (const auto& a : run.actors[static_cast<std::size_t>(node.index)]) {
+      if (a) send_stop(a);
+    }
+  }
+}
+
+transport::ControlBuffer plan_message(const RunState& run) {
+  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+    std::vector<std::uint32_t> counts;
+    std::vector<std::uint32_t> units;
+    for (const auto& replicas : run.unit_of) {
+      counts.push_back(static_cast<std::uint32_t>(replicas.size()));
+      for (int u : replicas) units.push_back(static_cast<std::uint32_t>(u));
+    }
+    auto body = schema::CreatePlacementPlan(fbb, run.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
+    return std::make_pair(schema::ControlBody::PlacementPlan, body.Union());
+  });
+}
+
+template <class Body>
+transport::ControlBuffer simple_message(schema::ControlBody type, std::uint32_t epoch) {
+  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+    flatbuffers::Offset<void> body;
+    if constexpr (std::is_same_v<Body, schema::Go>) body = schema::CreateGo(fbb, epoch).Union();
+    if constexpr (std::is_same_v<Body, schema::Shutdown>) body = schema::CreateShutdown(fbb, epoch).Union();
+    if constexpr (std::is_same_v<Body, schema::StopSources>) body = schema::CreateStopSources(fbb, epoch).Union();
+    return std::make_pair(type, body);
+  });
+}
+
+}  // namespace
+}  // namespace runtime
+
 // -- Runtime ------------------------------------------------------------------
+
+Status write_key_pair(const std::string& path, bool overwrite) {
+  if (!transport::curve_available()) {
+    return Status::error("this libzmq has no CURVE support", StatusCode::unavailable);
+  }
+  return transport::write_keypair(path, transport::generate_keypair(), overwrite);
+}
 
 struct Runtime::Impl {
   RuntimeOptions options;
   Registry registry;
   std::shared_ptr<runtime::RunState> run;
-  std::unique_ptr<caf::actor_system_config> caf_config;
-  std::unique_ptr<caf::actor_system> system;
+  /// One actor system per unit hosted here, by unit index (null elsewhere).
+  std::vector<std::unique_ptr<caf::actor_system_config>> caf_configs;
+  std::vector<std::unique_ptr<caf::actor_system>> systems;
+  int instance = 0;
   bool started = false;
   bool waited = false;
   Status result;
   RunReport final_report;
+
+  std::vector<bool> local;   ///< by unit: hosted in this process
+  bool distributed = false;  ///< some unit runs in another process
+  std::unique_ptr<transport::ControlServer> control_server;
+  std::shared_ptr<runtime::ClusterView> cluster;
+  std::shared_ptr<runtime::UnitSide> unit_side;
+
+  // -- CURVE: public keys of every unit (resolved), this process's key pair
+  std::vector<std::string> unit_keys;
+  std::string coordinator_key;
+  transport::KeyPair own_keys;
+
+  static bool is_tcp(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
+
+  /// A public key as written in the file: Z85, or a .pub file relative to it.
+  Status resolve_key(const std::string& value, const std::string& what, std::string* out) const {
+    std::string path = value;
+    if (!transport::is_z85_key(value) && !value.empty() && value[0] != '/' && !run->spec.file.empty()) {
+      const auto slash = run->spec.file.rfind('/');
+      if (slash != std::string::npos) path = run->spec.file.substr(0, slash + 1) + value;
+    }
+    std::string error;
+    auto key = transport::read_public_key(path, &error);
+    if (!key) return Status::error(what + ": " + error, StatusCode::invalid_argument);
+    *out = *key;
+    return {};
+  }
+
+  /// Reads the keys tcp endpoints need and lets the listed units in.
+  Status prepare_security() {
+    const auto& spec = run->spec;
+    bool any_tcp = is_tcp(spec.coordinator);
+    unit_keys.assign(spec.units.size(), {});
+    for (std::size_t u = 0; u < spec.units.size(); ++u) {
+      if (spec.units[u].public_key.empty()) continue;
+      if (Status s = resolve_key(spec.units[u].public_key, "unit '" + spec.units[u].id + "' public_key", &unit_keys[u]);
+          !s.ok()) {
+        return s;
+      }
+      any_tcp = any_tcp || is_tcp(spec.units[u].endpoint);
+    }
+    if (!any_tcp) return {};
+    if (!spec.coordinator_key.empty()) {
+      if (Status s = resolve_key(spec.coordinator_key, "coordinator_key", &coordinator_key); !s.ok()) return s;
+    }
+    bool need_own = distributed && is_tcp(spec.coordinator);
+    for (std::size_t u = 0; u < spec.units.size(); ++u) need_own = need_own || (local[u] && is_tcp(spec.units[u].endpoint));
+    if (!need_own) return {};
+    if (options.secret_key_path.empty()) {
+      return Status::error("tcp endpoints use CURVE: give this process its key pair with --secret-key PATH "
+                           "(made by `swarmflow keygen PATH`)",
+                           StatusCode::failed_precondition);
+    }
+    std::string error;
+    auto keys = transport::read_keypair(options.secret_key_path, &error);
+    if (!keys) return Status::error("--secret-key: " + error, StatusCode::invalid_argument);
+    own_keys = *keys;
+    for (std::size_t u = 0; u < spec.units.size(); ++u) {
+      if (local[u] && is_tcp(spec.units[u].endpoint) && unit_keys[u] != own_keys.public_key) {
+        return Status::error("the key pair " + options.secret_key_path + " is not the one listed for unit '" +
+                                 spec.units[u].id + "'",
+                             StatusCode::invalid_argument);
+      }
+    }
+    if (options.coordinator && distributed && is_tcp(spec.coordinator) && coordinator_key != own_keys.public_key) {
+      return Status::error("the key pair " + options.secret_key_path + " is not the coordinator_key",
+                           StatusCode::invalid_argument);
+    }
+    std::vector<std::string> admitted;
+    for (const auto& k : unit_keys) {
+      if (!k.empty()) admitted.push_back(k);
+    }
+    transport::admit_public_keys(admitted);
+    return {};
+  }
 
   Status adopt(std::optional<config::PipelineSpec> spec, std::vector<Diagnostic>& found,
                std::vector<Diagnostic>* diagnostics) {
@@ -177,16 +448,283 @@ struct Runtime::Impl {
       run->edge_in.push_back(
           runtime::make_n<runtime::EdgeSideStats>(g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas));
     }
-    if (!run->spec.units.empty()) run->speed = run->spec.units.front().speed;
+    if (run->spec.units.empty()) run->spec.units.push_back(config::UnitDecl{"u0", "", 0, 1.0, ""});
+    run->unit_of = placement::place_static(run->spec);
+    for (const auto& u : run->spec.units) run->unit_speed.push_back(u.speed);
     return {};
   }
 
-  int thread_count() const {
+  /// Worker threads of unit `u`: --threads, else the unit's own, else the
+  /// machine's cores shared among the units of this process.
+  int thread_count(std::size_t u) const {
     if (options.threads > 0) return options.threads;
-    if (run && !run->spec.units.empty() && run->spec.units.front().threads > 0) {
-      return run->spec.units.front().threads;
+    if (run->spec.units[u].threads > 0) return run->spec.units[u].threads;
+    int here = 0;
+    for (bool l : local) here += l ? 1 : 0;
+    const int cores = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    return std::max(1, cores / std::max(1, here));
+  }
+
+  /// The data-plane endpoint of unit `u`: as listed, else in-process.
+  std::string endpoint(std::size_t u) const {
+    const auto& decl = run->spec.units[u];
+    if (!decl.endpoint.empty()) return decl.endpoint;
+    return "inproc://swarmflow-" + std::to_string(instance) + "-" + decl.id;
+  }
+
+  /// Which units this process hosts, and whether others run elsewhere.
+  Status choose_local_units() {
+    const auto& spec = run->spec;
+    local.assign(spec.units.size(), options.units.empty());
+    for (const auto& id : options.units) {
+      const int u = runtime::unit_index(spec, id);
+      if (u < 0) return Status::error("no unit '" + id + "' in the pipeline", StatusCode::invalid_argument);
+      local[static_cast<std::size_t>(u)] = true;
     }
-    return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    distributed = false;
+    for (bool l : local) distributed = distributed || !l;
+    if (!options.coordinator && !distributed) {
+      return Status::error("a unit process hosts some units; name them", StatusCode::invalid_argument);
+    }
+    if (distributed) {
+      if (spec.coordinator.empty()) {
+        return Status::error("units run in several processes, so the pipeline needs `coordinator: ENDPOINT`",
+                             StatusCode::invalid_argument);
+      }
+      for (const auto& u : spec.units) {
+        if (u.endpoint.empty() || u.endpoint.rfind("inproc://", 0) == 0) {
+          return Status::error("unit '" + u.id + "' needs a tcp:// or ipc:// endpoint to be reached from another process",
+                               StatusCode::invalid_argument);
+        }
+      }
+    }
+    return {};
+  }
+
+  Status start_transports() {
+    const std::size_t units = run->spec.units.size();
+    run->transports.resize(units);
+    if (units < 2 && !distributed) return {};
+    std::vector<transport::Peer> peers;
+    for (std::size_t u = 0; u < units; ++u) {
+      peers.push_back(transport::Peer{run->spec.units[u].id, endpoint(u), unit_keys[u]});
+    }
+    for (std::size_t u = 0; u < units; ++u) {
+      if (!local[u]) continue;
+      transport::TransportConfig cfg;
+      cfg.unit_id = run->spec.units[u].id;
+      cfg.endpoint = endpoint(u);
+      cfg.peers = peers;
+      cfg.public_key = own_keys.public_key;
+      cfg.secret_key = own_keys.secret_key;
+      if (!options.coordinator) {
+        cfg.control_endpoint = run->spec.coordinator;
+        cfg.coordinator_public_key = coordinator_key;
+      }
+      std::weak_ptr<runtime::RunState> weak = run;
+      const int unit = static_cast<int>(u);
+      auto t = std::make_unique<transport::Transport>(
+          transport::process_context(), cfg, [weak, unit](transport::Inbound&& in) {
+            if (auto r = weak.lock()) runtime::deliver_inbound(*r, unit, std::move(in));
+          });
+      if (!options.coordinator) {
+        auto side = unit_side;
+        t->on_control([weak, side](const schema::Control& c) {
+          auto r = weak.lock();
+          if (r) on_coordinator_message(*r, *side, c);
+        });
+      }
+      Status s = t->start();
+      if (!s.ok()) return s;
+      run->transports[u] = std::move(t);
+    }
+    return {};
+  }
+
+  void stop_transports() {
+    for (auto& t : run->transports) {
+      if (t) t->stop();
+    }
+  }
+
+  // -- unit process ---------------------------------------------------------
+
+  static void on_coordinator_message(runtime::RunState& run, runtime::UnitSide& side, const schema::Control& c) {
+    std::lock_guard<std::mutex> lock(side.mutex);
+    switch (c.body_type()) {
+      case schema::ControlBody::PlacementPlan: {
+        const auto* p = c.body_as_PlacementPlan();
+        if (side.has_plan || p->stage_replicas() == nullptr || p->units() == nullptr) break;
+        std::vector<std::vector<int>> plan;
+        std::size_t next = 0;
+        bool fits = p->stage_replicas()->size() == run.unit_of.size();
+        for (std::size_t node = 0; fits && node < run.unit_of.size(); ++node) {
+          const auto n = p->stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
+          fits = n == run.unit_of[node].size();
+          std::vector<int> replicas;
+          for (std::uint32_t r = 0; fits && r < n; ++r, ++next) {
+            fits = next < p->units()->size() && p->units()->Get(static_cast<flatbuffers::uoffset_t>(next)) <
+                                                     run.spec.units.size();
+            if (fits) replicas.push_back(static_cast<int>(p->units()->Get(static_cast<flatbuffers::uoffset_t>(next))));
+          }
+          plan.push_back(std::move(replicas));
+        }
+        if (!fits) break;  // not this pipeline's plan; the coordinator runs another file
+        side.plan = std::move(plan);
+        side.epoch = p->epoch();
+        side.has_plan = true;
+        break;
+      }
+      case schema::ControlBody::Go:
+        side.go = true;
+        break;
+      case schema::ControlBody::StopSources:
+        runtime::stop_local_sources(run);
+        break;
+      case schema::ControlBody::Shutdown:
+        side.shutdown = true;
+        if (!run.finished()) run.abort("the coordinator ended the run");
+        break;
+      default:
+        break;
+    }
+    side.cv.notify_all();
+  }
+
+  template <class Pred>
+  bool wait_unit_side(Pred pred, int timeout_ms) {
+    std::unique_lock<std::mutex> lock(unit_side->mutex);
+    return unit_side->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(*unit_side); });
+  }
+
+  // -- coordinator ------------------------------------------------------------
+
+  Status start_coordinator() {
+    const auto& spec = run->spec;
+    cluster = std::make_shared<runtime::ClusterView>();
+    const std::size_t n = spec.units.size();
+    cluster->remote.resize(n);
+    for (std::size_t u = 0; u < n; ++u) cluster->remote[u] = !local[u];
+    cluster->joined.assign(n, false);
+    cluster->ready.assign(n, false);
+    cluster->done.assign(n, false);
+    cluster->last_seen_ns.assign(n, 0);
+    transport::ControlServerConfig cfg;
+    cfg.endpoint = spec.coordinator;
+    cfg.public_key = own_keys.public_key;
+    cfg.secret_key = own_keys.secret_key;
+    std::weak_ptr<runtime::RunState> weak = run;
+    auto view = cluster;
+    control_server = std::make_unique<transport::ControlServer>(
+        transport::process_context(), cfg, [weak, view](const std::string& unit_id, const schema::Control& c) {
+          auto r = weak.lock();
+          if (r) on_unit_message(*r, *view, unit_id, c);
+        });
+    return control_server->start();
+  }
+
+  static void on_unit_message(runtime::RunState& run, runtime::ClusterView& view, const std::string& unit_id,
+                              const schema::Control& c) {
+    const int u = runtime::unit_index(run.spec, unit_id);
+    std::lock_guard<std::mutex> lock(view.mutex);
+    if (u < 0 || !view.remote[static_cast<std::size_t>(u)]) {
+      ++view.unknown_units;
+      return;
+    }
+    const auto i = static_cast<std::size_t>(u);
+    view.last_seen_ns[i] = steady_now_ns();
+    switch (c.body_type()) {
+      case schema::ControlBody::Heartbeat:
+        view.joined[i] = true;
+        break;
+      case schema::ControlBody::Ready:
+        if (c.body_as_Ready()->epoch() == run.epoch) view.ready[i] = true;
+        break;
+      case schema::ControlBody::UnitDone:
+        if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.epoch) {
+          view.done[i] = true;
+          runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
+          run.replica_finished(runtime::replicas_on(run, u));
+        }
+        break;
+      default:
+        break;
+    }
+    view.cv.notify_all();
+  }
+
+  template <class Pred>
+  bool wait_cluster(Pred pred, int timeout_ms) {
+    std::unique_lock<std::mutex> lock(cluster->mutex);
+    return cluster->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(*cluster); });
+  }
+
+  void broadcast(const std::function<transport::ControlBuffer()>& make) {
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!local[u]) control_server->send(run->spec.units[u].id, make());
+    }
+  }
+
+  /// Declares units dead whose heartbeats stopped; the run then fails rather
+  /// than waiting for them (taking over their work is the placement's job).
+  void check_heartbeats() {
+    const std::int64_t now = steady_now_ns();
+    std::lock_guard<std::mutex> lock(cluster->mutex);
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] || cluster->done[u]) continue;
+      const double silent_ms = static_cast<double>(now - cluster->last_seen_ns[u]) / 1e6;
+      if (silent_ms > options.dead_after_ms) {
+        run->abort("unit '" + run->spec.units[u].id + "' stopped sending heartbeats (" +
+                   std::to_string(static_cast<int>(silent_ms)) + " ms)");
+      }
+    }
+  }
+
+  // -- hosts ------------------------------------------------------------------
+
+  void spawn_local_hosts() {
+    const std::size_t units = run->spec.units.size();
+    caf_configs.resize(units);
+    systems.resize(units);
+    for (std::size_t u = 0; u < units; ++u) {
+      if (!local[u]) continue;
+      caf_configs[u] = std::make_unique<caf::actor_system_config>();
+      caf_configs[u]->set("scheduler.max-threads", static_cast<std::size_t>(thread_count(u)));
+      systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
+    }
+    run->actors.assign(run->graph.nodes.size(), {});
+    int here = 0;
+    for (const auto& node : run->graph.nodes) {
+      auto& actors = run->actors[static_cast<std::size_t>(node.index)];
+      for (int r = 0; r < node.decl->replicas; ++r) {
+        const auto u = static_cast<std::size_t>(run->unit_of[static_cast<std::size_t>(node.index)][static_cast<std::size_t>(r)]);
+        if (local[u]) {
+          actors.push_back(runtime::spawn_stage_host(*systems[u], run, node.index, r));
+          ++here;
+        } else {
+          actors.emplace_back();
+        }
+      }
+    }
+    if (!options.coordinator) run->total_replicas = here;
+  }
+
+  void start_local_hosts() {
+    // Consumers first, so that sources find them ready.
+    for (auto it = run->actors.rbegin(); it != run->actors.rend(); ++it) {
+      for (const auto& a : *it) {
+        if (a) runtime::send_start(a);
+      }
+    }
+  }
+
+  /// Tears down whatever still runs after an abort.
+  void kill_local_hosts() {
+    for (const auto& actors : run->actors) {
+      for (const auto& a : actors) {
+        if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      }
+    }
   }
 };
 
@@ -234,48 +772,120 @@ Status Runtime::subscribe(const std::string& stage_port, Subscriber subscriber) 
 }
 
 Status Runtime::start() {
-  if (!impl_->run) return Status::error("load a pipeline first", StatusCode::failed_precondition);
-  if (impl_->started) return Status::error("already started", StatusCode::failed_precondition);
-  auto& run = *impl_->run;
-  impl_->caf_config = std::make_unique<caf::actor_system_config>();
-  impl_->caf_config->set("scheduler.max-threads", static_cast<std::size_t>(impl_->thread_count()));
-  impl_->system = std::make_unique<caf::actor_system>(*impl_->caf_config);
-  run.actors.resize(run.graph.nodes.size());
-  for (const auto& node : run.graph.nodes) {
-    for (int r = 0; r < node.decl->replicas; ++r) {
-      run.actors[static_cast<std::size_t>(node.index)].push_back(
-          runtime::spawn_stage_host(*impl_->system, impl_->run, node.index, r));
+  Impl& m = *impl_;
+  if (!m.run) return Status::error("load a pipeline first", StatusCode::failed_precondition);
+  if (m.started) return Status::error("already started", StatusCode::failed_precondition);
+  static std::atomic<int> instances{0};
+  m.instance = instances.fetch_add(1);
+  if (Status s = m.choose_local_units(); !s.ok()) return s;
+  auto fail = [&](Status s) {
+    if (m.control_server) m.control_server->stop();
+    m.stop_transports();
+    m.kill_local_hosts();
+    m.systems.clear();
+    return s;
+  };
+  if (Status s = m.prepare_security(); !s.ok()) return s;
+  if (!m.options.coordinator) m.unit_side = std::make_shared<runtime::UnitSide>();
+  if (m.distributed && m.options.coordinator) {
+    if (Status s = m.start_coordinator(); !s.ok()) return fail(s);
+  }
+  if (Status s = m.start_transports(); !s.ok()) return fail(s);
+
+  if (m.distributed && m.options.coordinator) {
+    // Units join with their first heartbeat; then every unit gets the plan.
+    if (!m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined); }, m.options.join_timeout_ms)) {
+      std::lock_guard<std::mutex> lock(m.cluster->mutex);
+      return fail(Status::error("units did not join within " + std::to_string(m.options.join_timeout_ms) +
+                                    " ms: " + m.cluster->missing(m.cluster->joined, m.run->spec),
+                                StatusCode::unavailable));
+    }
+    m.broadcast([&] { return runtime::plan_message(*m.run); });
+  } else if (!m.options.coordinator) {
+    if (!m.wait_unit_side([](runtime::UnitSide& s) { return s.has_plan; }, m.options.join_timeout_ms)) {
+      return fail(Status::error("no placement from the coordinator at " + m.run->spec.coordinator + " within " +
+                                    std::to_string(m.options.join_timeout_ms) + " ms",
+                                StatusCode::unavailable));
+    }
+    std::lock_guard<std::mutex> lock(m.unit_side->mutex);
+    m.run->unit_of = m.unit_side->plan;
+    m.run->epoch = m.unit_side->epoch;
+  }
+
+  m.spawn_local_hosts();
+
+  if (m.distributed && m.options.coordinator) {
+    if (!m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready); }, m.options.join_timeout_ms)) {
+      std::lock_guard<std::mutex> lock(m.cluster->mutex);
+      return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
+                                StatusCode::unavailable));
+    }
+    m.broadcast([&] { return runtime::simple_message<schema::Go>(schema::ControlBody::Go, m.run->epoch); });
+  } else if (!m.options.coordinator) {
+    for (std::size_t u = 0; u < m.local.size(); ++u) {
+      if (!m.local[u]) continue;
+      m.run->transports[u]->set_epoch(m.run->epoch);
+      const std::string id = m.run->spec.units[u].id;
+      const std::uint32_t epoch = m.run->epoch;
+      m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
+      }));
+    }
+    if (!m.wait_unit_side([](runtime::UnitSide& s) { return s.go || s.shutdown; }, m.options.join_timeout_ms)) {
+      return fail(Status::error("the coordinator did not start the run", StatusCode::unavailable));
     }
   }
-  run.start_ns = steady_now_ns();
-  impl_->started = true;
-  // Consumers first, so that sources find them ready.
-  for (auto it = run.actors.rbegin(); it != run.actors.rend(); ++it) {
-    for (const auto& a : *it) runtime::send_start(a);
-  }
+  m.run->start_ns = steady_now_ns();
+  m.started = true;
+  m.start_local_hosts();
   return {};
 }
 
 void Runtime::request_stop() {
-  if (!impl_->run) return;
-  impl_->run->stop_requested.store(true);
-  if (!impl_->started) return;
-  for (const auto& node : impl_->run->graph.nodes) {
-    if (!node.source()) continue;
-    for (const auto& a : impl_->run->actors[static_cast<std::size_t>(node.index)]) runtime::send_stop(a);
+  Impl& m = *impl_;
+  if (!m.run) return;
+  m.run->stop_requested.store(true);
+  if (!m.started) return;
+  runtime::stop_local_sources(*m.run);
+  if (m.distributed && m.options.coordinator) {
+    m.broadcast([&] {
+      return runtime::simple_message<schema::StopSources>(schema::ControlBody::StopSources, m.run->epoch);
+    });
   }
 }
 
+void Runtime::abort(const std::string& reason) {
+  if (impl_->run) impl_->run->abort(reason);
+}
+
 Status Runtime::wait() {
-  if (!impl_->started) return Status::error("not started", StatusCode::failed_precondition);
-  if (impl_->waited) return impl_->result;
-  impl_->run->wait_finished(-1);
-  impl_->final_report = runtime::build_report(*impl_->run);
-  impl_->run->actors.clear();
-  impl_->system.reset();
-  impl_->waited = true;
-  impl_->result = impl_->run->ok() ? Status() : Status::error(impl_->run->error());
-  return impl_->result;
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (m.waited) return m.result;
+  while (!m.run->wait_finished(200)) {
+    if (m.distributed && m.options.coordinator) m.check_heartbeats();
+  }
+  if (!m.options.coordinator) {
+    // Hand this process's figures to the coordinator, then leave when it says
+    // so (or soon after, if it is gone).
+    if (!m.run->aborted()) {
+      for (std::size_t u = 0; u < m.local.size(); ++u) {
+        if (m.local[u]) m.run->transports[u]->send_control(runtime::encode_unit_done(*m.run, static_cast<int>(u)));
+      }
+      m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown; }, m.options.leave_timeout_ms);
+    }
+  } else if (m.distributed) {
+    m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->epoch); });
+  }
+  m.final_report = runtime::build_report(*m.run);
+  if (m.run->aborted()) m.kill_local_hosts();
+  if (m.control_server) m.control_server->stop();
+  m.stop_transports();
+  m.run->actors.clear();
+  m.systems.clear();
+  m.waited = true;
+  m.result = m.run->ok() ? Status() : Status::error(m.run->error());
+  return m.result;
 }
 
 Status Runtime::run() {

@@ -8,22 +8,12 @@
 #include <deque>
 #include <exception>
 
-#include <caf/all.hpp>
-
+#include "runtime/messages.hpp"
 #include "runtime/routing.hpp"
 #include "runtime/run_state.hpp"
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
+#include "transport/transport.hpp"
 
 namespace swarmflow::runtime {
-
-using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
-using ack_atom = caf::atom_constant<caf::atom("ack")>;
-using eos_atom = caf::atom_constant<caf::atom("eos")>;
-using pull_atom = caf::atom_constant<caf::atom("pull")>;
-using resume_atom = caf::atom_constant<caf::atom("resume")>;
-using start_atom = caf::atom_constant<caf::atom("start")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 namespace {
 
@@ -42,6 +32,7 @@ class StageHost final : public StageContext {
     const graph::Graph& g = run_->graph;
     const graph::Node& n = g.nodes[static_cast<std::size_t>(node_)];
     stats_ = run_->replica_stats[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)].get();
+    unit_ = run_->unit_of[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)];
     source_ = n.source();
     sink_ = n.sink();
     in_index_.assign(g.edges.size(), -1);
@@ -100,7 +91,7 @@ class StageHost final : public StageContext {
   int replica() const override { return replica_; }
   int replica_count() const override { return decl().replicas; }
   std::int64_t now_ns() const override { return steady_now_ns(); }
-  double speed() const override { return run_->speed; }
+  double speed() const override { return run_->unit_speed[static_cast<std::size_t>(unit_)]; }
   bool stop_requested() const override { return run_->stop_requested.load(std::memory_order_relaxed); }
   void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
   void set_live(bool live) override { live_ = live; }
@@ -192,11 +183,8 @@ class StageHost final : public StageContext {
     stop_stage();
     for (auto& in : in_) flush_acks(in, true);
     for (auto& out : out_) {
-      const auto& consumers = run_->actors[static_cast<std::size_t>(out.to_node)];
-      for (const auto& consumer : consumers) {
-        self_->send(consumer, eos_atom::value, static_cast<std::uint32_t>(out.edge),
-                    static_cast<std::uint32_t>(replica_));
-      }
+      const int consumers = static_cast<int>(run_->unit_of[static_cast<std::size_t>(out.to_node)].size());
+      for (int r = 0; r < consumers; ++r) post_eos(out.to_node, r, out.edge);
     }
     run_->replica_finished();
     self_->quit();
@@ -335,11 +323,7 @@ class StageHost final : public StageContext {
     // The release follows once everything made from those envelopes has left
     // this replica's waiting lists.
     const int released = any_waiting() ? 0 : in.unreleased[f];
-    const auto& producers = run_->actors[static_cast<std::size_t>(
-        run_->graph.edges[static_cast<std::size_t>(in.edge)].from_node)];
-    self_->send(producers[f], ack_atom::value, static_cast<std::uint32_t>(in.edge),
-                static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(in.unacked[f]),
-                static_cast<std::uint32_t>(released), service_ns_);
+    post_ack(run_->graph.edges[static_cast<std::size_t>(in.edge)].from_node, from, in.edge, in.unacked[f], released);
     in.unacked[f] = 0;
     in.unreleased[f] -= released;
   }
@@ -382,11 +366,7 @@ class StageHost final : public StageContext {
   }
 
   void send_dispatches(OutEdge& out) {
-    const auto& consumers = run_->actors[static_cast<std::size_t>(out.to_node)];
-    for (auto& d : dispatches_) {
-      self_->send(consumers[static_cast<std::size_t>(d.replica)], deliver_atom::value,
-                  static_cast<std::uint32_t>(out.edge), static_cast<std::uint32_t>(replica_), std::move(d.envelope));
-    }
+    for (auto& d : dispatches_) post_deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
     dispatches_.clear();
     out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
     out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);
@@ -403,6 +383,65 @@ class StageHost final : public StageContext {
     out.router.on_ack(replica, credits, released, service_ns, dispatches_);
     send_dispatches(out);
     if (!blocked()) resume();
+  }
+
+  // -- messages to other replicas: direct within the unit, else the transport
+
+  int unit_of(int node, int replica) const {
+    return run_->unit_of[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)];
+  }
+  const caf::actor& local_actor(int node, int replica) const {
+    return run_->actors[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)];
+  }
+  transport::Transport& transport() { return *run_->transports[static_cast<std::size_t>(unit_)]; }
+
+  void post_deliver(int node, int replica, int edge, Envelope&& e) {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      self_->send(local_actor(node, replica), deliver_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_), std::move(e));
+      return;
+    }
+    transport::WireHeader h;
+    h.edge = static_cast<std::uint32_t>(edge);
+    h.from_replica = static_cast<std::uint32_t>(replica_);
+    h.epoch = run_->epoch;
+    h.envelope = e.header();
+    h.payload_id = std::string(e.payload()->identifier());
+    transport().send_deliver(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h,
+                             e.payload());
+  }
+
+  void post_eos(int node, int replica, int edge) {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      self_->send(local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_));
+      return;
+    }
+    transport::WireHeader h;
+    h.edge = static_cast<std::uint32_t>(edge);
+    h.from_replica = static_cast<std::uint32_t>(replica_);
+    h.epoch = run_->epoch;
+    transport().send_eos(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h);
+  }
+
+  void post_ack(int node, int replica, int edge, int credits, int released) {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      self_->send(local_actor(node, replica), ack_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(credits),
+                  static_cast<std::uint32_t>(released), service_ns_);
+      return;
+    }
+    transport::WireHeader h;
+    h.edge = static_cast<std::uint32_t>(edge);
+    h.from_replica = static_cast<std::uint32_t>(replica_);
+    h.epoch = run_->epoch;
+    h.credits = static_cast<std::uint32_t>(credits);
+    h.released = static_cast<std::uint32_t>(released);
+    h.service_ns = service_ns_;
+    transport().send_ack(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h);
   }
 
   // -- sources ------------------------------------------------------------
@@ -481,6 +520,7 @@ class StageHost final : public StageContext {
   int node_;
   int replica_;
   ReplicaStats* stats_ = nullptr;
+  int unit_ = 0;
   bool source_ = false;
   bool sink_ = false;
 

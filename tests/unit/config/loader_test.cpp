@@ -128,7 +128,7 @@ TEST_F(LoaderTest, ReadsEverySection) {
 units:
   - {id: edge, threads: 2, speed: 0.5}
   - {id: core, endpoint: "tcp://10.0.0.2:7000", public_key: abc}
-coordinator: tcp://10.0.0.1:7000
+coordinator: ipc:///run/swarmflow/coordinator
 stages:
   - id: camera
     type: sim.source
@@ -152,7 +152,7 @@ placement: {policy: adaptive, rebalance_above: 0.9, interval_ms: 100}
   EXPECT_TRUE(diagnostics_.empty());
   EXPECT_EQ(spec->name, "inspection");
   EXPECT_EQ(spec->file, "test.yaml");
-  EXPECT_EQ(spec->coordinator, "tcp://10.0.0.1:7000");
+  EXPECT_EQ(spec->coordinator, "ipc:///run/swarmflow/coordinator");
 
   ASSERT_EQ(spec->units.size(), 2U);
   EXPECT_EQ(spec->units[0].id, "edge");
@@ -824,3 +824,30 @@ stages:
 
 }  // namespace
 }  // namespace swarmflow
+
+namespace swarmflow::config {
+namespace {
+
+TEST(LoaderSecurity, TcpEndpointsNeedKeys) {
+  Registry registry;
+  register_sim_stages(registry);
+  std::vector<Diagnostic> diags;
+  auto spec = load_pipeline_string(R"(pipeline: keys
+coordinator: tcp://127.0.0.1:7000
+units:
+  - {id: a, endpoint: "tcp://127.0.0.1:7001"}
+  - {id: b, endpoint: "ipc:///tmp/b"}
+stages:
+  - {id: s, type: sim.source}
+)",
+                                   "keys.yaml", registry, diags);
+  EXPECT_FALSE(spec.has_value());
+  ASSERT_EQ(diags.size(), 2U) << format_diagnostics(diags);
+  EXPECT_EQ(diags[0].line, 2);  // the coordinator
+  EXPECT_NE(diags[0].message.find("coordinator_key"), std::string::npos);
+  EXPECT_EQ(diags[1].line, 4);  // unit a; the ipc unit b needs no key
+  EXPECT_NE(diags[1].message.find("public_key"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace swarmflow::config

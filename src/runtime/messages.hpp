@@ -1,0 +1,25 @@
+#pragma once
+// The messages between stage hosts (and from a unit's transport thread to
+// them). Within a unit they are CAF messages; between units the transport
+// carries the same content as [destination][header][payload].
+
+#include <caf/all.hpp>
+
+#include <swarmflow/envelope.hpp>
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
+
+namespace swarmflow::runtime {
+
+/// (edge, producer replica, envelope)
+using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
+/// (edge, consumer replica, credits, released, service_ns)
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+/// (edge, producer replica)
+using eos_atom = caf::atom_constant<caf::atom("eos")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
+}  // namespace swarmflow::runtime

@@ -1,0 +1,169 @@
+#include "transport/control.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "transport/security.hpp"
+#include "transport/transport.hpp"
+
+namespace swarmflow::transport {
+
+const schema::Control* verify_control(const std::uint8_t* data, std::size_t size, const WireLimits& limits) {
+  if (data == nullptr || size < 8 || size > limits.max_header_bytes + limits.max_payload_bytes) return nullptr;
+  if (!flatbuffers::BufferHasIdentifier(data, schema::ControlIdentifier())) return nullptr;
+  flatbuffers::Verifier verifier(data, size, limits.max_depth, limits.max_tables);
+  if (!schema::VerifyControlBuffer(verifier)) return nullptr;
+  const schema::Control* c = schema::GetControl(data);
+  if (c->body_type() == schema::ControlBody::NONE) return nullptr;
+  return c;
+}
+
+namespace {
+
+void free_detached(void*, void* hint) { delete static_cast<flatbuffers::DetachedBuffer*>(hint); }
+
+}  // namespace
+
+struct ControlServer::Impl {
+  Impl(zmq::context_t& ctx, ControlServerConfig cfg, Handler h)
+      : config(std::move(cfg)), handler(std::move(h)), router(ctx, zmq::socket_type::router) {}
+
+  ControlServerConfig config;
+  Handler handler;
+  zmq::socket_t router;
+  std::string bound;
+  int wake_fd = -1;
+  std::mutex mutex;
+  std::deque<std::pair<std::string, ControlBuffer>> queue;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> rejected{0};
+  std::thread thread;
+
+  void flush() {
+    std::deque<std::pair<std::string, ControlBuffer>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      batch.swap(queue);
+    }
+    for (auto& [unit, buffer] : batch) {
+      try {
+        if (!router.send(zmq::buffer(unit), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
+        auto* held = new flatbuffers::DetachedBuffer(std::move(buffer));
+        zmq::message_t m(held->data(), held->size(), free_detached, held);
+        router.send(m, zmq::send_flags::none);
+      } catch (const zmq::error_t&) {
+        // The unit is not (or no longer) connected; it will ask again or be declared dead.
+      }
+    }
+  }
+
+  void receive() {
+    for (int n = 0; n < 256; ++n) {
+      std::vector<zmq::message_t> parts;
+      bool more = true;
+      while (more) {
+        zmq::message_t part;
+        if (!router.recv(part, parts.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) return;
+        more = part.more();
+        if (parts.size() < 3) parts.push_back(std::move(part));
+      }
+      if (parts.size() != 2) {
+        rejected.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      const auto* c = verify_control(static_cast<const std::uint8_t*>(parts[1].data()), parts[1].size(), config.limits);
+      if (c == nullptr) {
+        rejected.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      handler(std::string(static_cast<const char*>(parts[0].data()), parts[0].size()), *c);
+    }
+  }
+
+  void run() {
+    while (!stopping.load()) {
+      std::array<zmq_pollitem_t, 2> items{{{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}}};
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+      if ((items[1].revents & ZMQ_POLLIN) != 0) {
+        std::uint64_t v = 0;
+        [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
+      }
+      flush();
+      if ((items[0].revents & ZMQ_POLLIN) != 0) receive();
+    }
+    flush();
+    router.close();
+  }
+};
+
+ControlServer::ControlServer(zmq::context_t& context, ControlServerConfig config, Handler handler)
+    : impl_(std::make_unique<Impl>(context, std::move(config), std::move(handler))) {}
+
+ControlServer::~ControlServer() { stop(); }
+
+Status ControlServer::start() {
+  Impl& s = *impl_;
+  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.wake_fd < 0) return Status::error(std::string("eventfd: ") + std::strerror(errno));
+  try {
+    if (s.config.endpoint.rfind("tcp://", 0) == 0) {
+      if (s.config.secret_key.empty()) {
+        return Status::error("coordinator: a tcp endpoint uses CURVE and there is no secret key",
+                             StatusCode::failed_precondition);
+      }
+      make_curve_server(s.router, KeyPair{s.config.public_key, s.config.secret_key}, kZapDomain);
+    }
+    SocketLimits limits;
+    limits.max_message_bytes =
+        static_cast<std::int64_t>(s.config.limits.max_header_bytes + s.config.limits.max_payload_bytes);
+    limits.linger_ms = s.config.linger_ms;
+    apply_limits(s.router, limits);
+    s.router.set(zmq::sockopt::router_mandatory, 1);
+    s.router.bind(s.config.endpoint);
+    s.bound = s.router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::error("coordinator: cannot bind " + s.config.endpoint + ": " + e.what(), StatusCode::unavailable);
+  } catch (const std::invalid_argument& e) {
+    return Status::error(std::string("coordinator: ") + e.what(), StatusCode::invalid_argument);
+  }
+  s.thread = std::thread([this] { impl_->run(); });
+  return {};
+}
+
+void ControlServer::stop() {
+  Impl& s = *impl_;
+  if (s.thread.joinable()) {
+    s.stopping.store(true);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(s.wake_fd, &one, sizeof one);
+    s.thread.join();
+  }
+  if (s.wake_fd >= 0) {
+    ::close(s.wake_fd);
+    s.wake_fd = -1;
+  }
+}
+
+void ControlServer::send(const std::string& unit_id, ControlBuffer message) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->queue.emplace_back(unit_id, std::move(message));
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(impl_->wake_fd, &one, sizeof one);
+}
+
+std::string ControlServer::bound_endpoint() const { return impl_->bound; }
+std::uint64_t ControlServer::rejected() const { return impl_->rejected.load(); }
+
+}  // namespace swarmflow::transport

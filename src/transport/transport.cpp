@@ -1,0 +1,469 @@
+#include "transport/transport.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "transport/control.hpp"
+#include "transport/security.hpp"
+
+namespace swarmflow::transport {
+
+std::uint64_t TransportCounters::rejected_total() const {
+  std::uint64_t total = 0;
+  for (const auto& r : rejected) total += r.load(std::memory_order_relaxed);
+  return total;
+}
+
+zmq::context_t& process_context() {
+  // Never destroyed: terminating a context waits for every socket, and at exit
+  // that must not hang on a socket someone forgot.
+  static auto* context = new zmq::context_t(1);
+  return *context;
+}
+
+void admit_public_keys(const std::vector<std::string>& keys) {
+  // One ZAP handler per context, for the life of the process (like the context).
+  static auto* handler = new ZapHandler(process_context(), kZapDomain);
+  for (const auto& k : keys) handler->allow(k);
+}
+
+namespace {
+
+/// Most frames read per socket per wake-up, so one busy peer cannot starve others.
+constexpr int kReceiveBatch = 256;
+/// Frames kept of one message; the rest are read and discarded.
+constexpr std::size_t kMaxFrames = 4;
+
+void free_detached(void*, void* hint) { delete static_cast<flatbuffers::DetachedBuffer*>(hint); }
+void free_payload(void*, void* hint) { delete static_cast<PayloadPtr*>(hint); }
+
+struct Outgoing {
+  int unit;
+  Destination destination;
+  flatbuffers::DetachedBuffer header;
+  PayloadPtr payload;
+};
+
+}  // namespace
+
+struct Transport::Impl {
+  Impl(zmq::context_t& ctx, TransportConfig cfg, Handler h, TransportCounters& c)
+      : context(ctx), config(std::move(cfg)), handler(std::move(h)), counters(c), router(ctx, zmq::socket_type::router) {
+    dealers.resize(config.peers.size());
+    retry.resize(config.peers.size() * 2);
+  }
+
+  zmq::context_t& context;
+  TransportConfig config;
+  Handler handler;
+  TransportCounters& counters;
+
+  zmq::socket_t router;
+  std::vector<std::unique_ptr<zmq::socket_t>> dealers;  // by unit index; made on first use
+  std::string bound;
+  int wake_fd = -1;
+
+  std::mutex mutex;
+  std::vector<Outgoing> queue;  // guarded by mutex
+  /// Transport thread only: sends that met a full or unready socket, per
+  /// (unit, socket) so that one dead peer holds up nobody else.
+  std::vector<std::deque<Outgoing>> retry;
+  std::size_t retrying = 0;
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+
+  /// Counts refused handshakes on a tcp ROUTER (plaintext, wrong keys).
+  std::unique_ptr<HandshakeMonitor> monitor;
+
+  // -- control plane
+  std::unique_ptr<zmq::socket_t> control;
+  ControlHandler control_handler;
+  std::deque<flatbuffers::DetachedBuffer> control_queue;  // guarded by mutex
+  std::atomic<std::uint32_t> epoch{0};
+  std::int64_t next_heartbeat_ns = 0;
+
+  std::int64_t last_log_ns = 0;
+  std::uint64_t suppressed = 0;
+
+  static bool is_tcp(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
+
+  KeyPair keys() const { return KeyPair{config.public_key, config.secret_key}; }
+
+  /// Limits of every data and control socket; call after any CURVE option.
+  void configure(zmq::socket_t& s) {
+    SocketLimits limits;
+    limits.max_message_bytes =
+        static_cast<std::int64_t>(config.limits.max_payload_bytes + config.limits.max_header_bytes);
+    limits.send_hwm = config.send_hwm;
+    limits.recv_hwm = config.recv_hwm;
+    limits.linger_ms = config.linger_ms;
+    apply_limits(s, limits);
+  }
+
+  /// The DEALER to unit `unit`, made on first use; CURVE when it is on tcp.
+  zmq::socket_t& dealer(int unit) {
+    auto& d = dealers[static_cast<std::size_t>(unit)];
+    if (!d) {
+      const Peer& peer = config.peers[static_cast<std::size_t>(unit)];
+      d = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
+      if (is_tcp(peer.endpoint)) make_curve_client(*d, keys(), peer.public_key);
+      configure(*d);
+      d->set(zmq::sockopt::routing_id, config.unit_id);
+      d->connect(peer.endpoint);
+    }
+    return *d;
+  }
+
+  void push(Outgoing o) {
+    bool was_empty = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      was_empty = queue.empty() && control_queue.empty();
+      queue.push_back(std::move(o));
+    }
+    if (was_empty) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+    }
+  }
+
+  /// Sends one message; false when the socket cannot take it now.
+  bool send_now(Outgoing& o) {
+    zmq::socket_t* socket = nullptr;
+    const bool ack = o.destination.kind == FrameKind::ack;
+    if (ack) {
+      socket = &router;
+    } else {
+      socket = &dealer(o.unit);
+    }
+    try {
+      if (ack) {
+        const std::string& id = config.peers[static_cast<std::size_t>(o.unit)].unit_id;
+        if (!socket->send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      }
+      zmq::message_t dest(kDestinationSize);
+      encode_destination(o.destination, static_cast<std::uint8_t*>(dest.data()));
+      // With the routing frame gone (or none), the rest of a multipart message
+      // is queued atomically: once the first part is accepted, the others are.
+      if (!socket->send(dest, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      auto* header = new flatbuffers::DetachedBuffer(std::move(o.header));
+      zmq::message_t header_msg(header->data(), header->size(), free_detached, header);
+      socket->send(header_msg, zmq::send_flags::sndmore);
+      if (o.payload) {
+        auto* ref = new PayloadPtr(std::move(o.payload));
+        zmq::message_t payload(const_cast<std::uint8_t*>((*ref)->data()), (*ref)->size(), free_payload, ref);
+        socket->send(payload, zmq::send_flags::none);
+      } else {
+        socket->send(zmq::message_t(), zmq::send_flags::none);
+      }
+      counters.sent.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    } catch (const zmq::error_t& e) {
+      // EHOSTUNREACH: the peer that should get this ack is gone.
+      counters.send_failed.fetch_add(1, std::memory_order_relaxed);
+      log(std::string("send failed: ") + e.what());
+      return true;
+    }
+  }
+
+  void send_control_now(flatbuffers::DetachedBuffer buffer) {
+    auto* held = new flatbuffers::DetachedBuffer(std::move(buffer));
+    zmq::message_t m(held->data(), held->size(), free_detached, held);
+    try {
+      if (!control->send(m, zmq::send_flags::dontwait)) counters.send_failed.fetch_add(1, std::memory_order_relaxed);
+    } catch (const zmq::error_t&) {
+      counters.send_failed.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  void heartbeat() {
+    const std::int64_t now = steady_now_ns();
+    if (now < next_heartbeat_ns) return;
+    next_heartbeat_ns = now + static_cast<std::int64_t>(config.heartbeat_ms) * 1'000'000;
+    const std::uint32_t e = epoch.load();
+    const std::string& id = config.unit_id;
+    send_control_now(make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+      auto body = schema::CreateHeartbeat(fbb, fbb.CreateString(id), now, e, static_cast<std::int64_t>(::getpid()));
+      return std::make_pair(schema::ControlBody::Heartbeat, body.Union());
+    }));
+  }
+
+  void receive_control() {
+    for (int n = 0; n < 64; ++n) {
+      std::vector<zmq::message_t> parts;
+      bool more = true;
+      while (more) {
+        zmq::message_t part;
+        if (!control->recv(part, parts.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) return;
+        more = part.more();
+        if (parts.size() < 2) parts.push_back(std::move(part));
+      }
+      const schema::Control* c = parts.size() == 1 ? verify_control(static_cast<const std::uint8_t*>(parts[0].data()),
+                                                                    parts[0].size(), config.limits)
+                                                   : nullptr;
+      if (c == nullptr) {
+        counters.control_rejected.fetch_add(1, std::memory_order_relaxed);
+        log("malformed control message dropped");
+        continue;
+      }
+      if (control_handler) control_handler(*c);
+    }
+  }
+
+  void flush_outgoing() {
+    std::vector<Outgoing> batch;
+    std::deque<flatbuffers::DetachedBuffer> control_batch;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      batch.swap(queue);
+      control_batch.swap(control_queue);
+    }
+    if (control) {
+      for (auto& c : control_batch) send_control_now(std::move(c));
+      heartbeat();
+    }
+    if (retrying > 0) {
+      for (auto& waiting : retry) {
+        while (!waiting.empty() && send_now(waiting.front())) {
+          waiting.pop_front();
+          --retrying;
+        }
+      }
+    }
+    for (auto& o : batch) {
+      // Keep order per connection: once one waits, later ones wait behind it.
+      auto& waiting = retry[static_cast<std::size_t>(o.unit) * 2 + (o.destination.kind == FrameKind::ack ? 1 : 0)];
+      if (!waiting.empty() || !send_now(o)) {
+        waiting.push_back(std::move(o));
+        ++retrying;
+      }
+    }
+  }
+
+  /// Reads up to kReceiveBatch messages from `socket`. ROUTER messages start
+  /// with the sender's routing id.
+  void receive(zmq::socket_t& socket, bool from_router) {
+    for (int n = 0; n < kReceiveBatch; ++n) {
+      std::array<zmq::message_t, kMaxFrames + 1> frames;
+      std::size_t count = 0;
+      bool more = true;
+      bool any = false;
+      while (more) {
+        zmq::message_t part;
+        auto got = socket.recv(part, any ? zmq::recv_flags::none : zmq::recv_flags::dontwait);
+        if (!got) return;  // nothing more now
+        any = true;
+        more = part.more();
+        if (count < frames.size()) frames[count] = std::move(part);
+        ++count;  // frames beyond the array are read and dropped
+      }
+      handle(frames, count, from_router);
+    }
+  }
+
+  void handle(std::array<zmq::message_t, kMaxFrames + 1>& frames, std::size_t count, bool from_router) {
+    std::size_t first = 0;
+    if (from_router) {
+      const std::string_view id(static_cast<const char*>(frames[0].data()), frames[0].size());
+      bool known = false;
+      for (const auto& p : config.peers) known = known || p.unit_id == id;
+      if (!known) {
+        counters.unknown_peer.fetch_add(1, std::memory_order_relaxed);
+        log("message from an unknown peer dropped");
+        return;
+      }
+      first = 1;
+    }
+    const std::size_t parts = count - first;
+    std::array<FrameView, kMaxFrames> views{};
+    const std::size_t kept = std::min(parts, kMaxFrames);
+    for (std::size_t i = 0; i < kept; ++i) {
+      views[i] = FrameView{static_cast<const std::uint8_t*>(frames[first + i].data()), frames[first + i].size()};
+    }
+    Rejection why = Rejection::none;
+    auto adopt = [&]() -> PayloadPtr {
+      zmq::message_t& m = frames[first + 2];
+      const auto* data = static_cast<const std::uint8_t*>(m.data());
+      // FlatBuffers wants its buffer aligned; large messages are, tiny ones may not be.
+      if (reinterpret_cast<std::uintptr_t>(data) % 8 != 0) return Payload::copy_of(data, m.size());
+      auto holder = std::make_shared<zmq::message_t>(std::move(m));
+      return Payload::wrap(static_cast<const std::uint8_t*>(holder->data()), holder->size(), holder);
+    };
+    auto inbound = decode_message(views.data(), parts, config.limits, &why, adopt);
+    if (!inbound) {
+      counters.rejected[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+      log(std::string("inbound message dropped: ") + to_string(why));
+      return;
+    }
+    counters.received.fetch_add(1, std::memory_order_relaxed);
+    handler(std::move(*inbound));
+  }
+
+  void run() {
+    std::vector<zmq_pollitem_t> items;
+    while (!stopping.load()) {
+      items.clear();
+      items.push_back({router.handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+      const std::size_t monitor_index = items.size();
+      if (monitor) items.push_back({monitor->socket().handle(), 0, ZMQ_POLLIN, 0});
+      const std::size_t control_index = items.size();
+      if (control) items.push_back({control->handle(), 0, ZMQ_POLLIN, 0});
+      std::vector<int> dealer_units;
+      for (std::size_t u = 0; u < dealers.size(); ++u) {
+        if (!dealers[u]) continue;
+        items.push_back({dealers[u]->handle(), 0, ZMQ_POLLIN, 0});
+        dealer_units.push_back(static_cast<int>(u));
+      }
+      zmq::poll(items, std::chrono::milliseconds(retrying == 0 ? 100 : 1));
+      if ((items[1].revents & ZMQ_POLLIN) != 0) {
+        std::uint64_t v = 0;
+        [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof v);
+      }
+      flush_outgoing();
+      if ((items[0].revents & ZMQ_POLLIN) != 0) receive(router, true);
+      if (monitor && (items[monitor_index].revents & ZMQ_POLLIN) != 0) {
+        monitor->drain();
+        counters.auth_refused.store(monitor->refused(), std::memory_order_relaxed);
+      }
+      if (control && (items[control_index].revents & ZMQ_POLLIN) != 0) receive_control();
+      const std::size_t first_dealer = control ? control_index + 1 : control_index;
+      for (std::size_t i = 0; i < dealer_units.size(); ++i) {
+        if ((items[first_dealer + i].revents & ZMQ_POLLIN) != 0) {
+          receive(*dealers[static_cast<std::size_t>(dealer_units[i])], false);
+        }
+      }
+    }
+    flush_outgoing();
+    monitor.reset();  // before its socket
+    router.close();
+    for (auto& d : dealers) {
+      if (d) d->close();
+    }
+    if (control) control->close();
+  }
+
+  void log(const std::string& message) {
+    const std::int64_t now = steady_now_ns();
+    if (last_log_ns != 0 && now - last_log_ns < 1'000'000'000) {
+      ++suppressed;
+      return;
+    }
+    std::fprintf(stderr, "swarmflow: unit %s: %s", config.unit_id.c_str(), message.c_str());
+    if (suppressed > 0) std::fprintf(stderr, " (%llu similar suppressed)", static_cast<unsigned long long>(suppressed));
+    std::fputc('\n', stderr);
+    last_log_ns = now;
+    suppressed = 0;
+  }
+};
+
+Transport::Transport(zmq::context_t& context, TransportConfig config, Handler handler)
+    : impl_(std::make_unique<Impl>(context, std::move(config), std::move(handler), counters_)) {}
+
+Transport::~Transport() { stop(); }
+
+Status Transport::start() {
+  Impl& s = *impl_;
+  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.wake_fd < 0) return Status::error(std::string("eventfd: ") + std::strerror(errno));
+  try {
+    // A tcp endpoint is a CURVE server whose clients the process's ZAP
+    // handler admits by key; it exists before this bind (see security.hpp).
+    if (Impl::is_tcp(s.config.endpoint)) {
+      if (s.config.secret_key.empty()) {
+        return Status::error("unit " + s.config.unit_id + ": tcp endpoints use CURVE and this unit has no secret key",
+                             StatusCode::failed_precondition);
+      }
+      make_curve_server(s.router, s.keys(), kZapDomain);
+    }
+    s.configure(s.router);
+    s.router.set(zmq::sockopt::router_mandatory, 1);
+    if (Impl::is_tcp(s.config.endpoint)) s.monitor = std::make_unique<HandshakeMonitor>(s.context, s.router);
+    s.router.bind(s.config.endpoint);
+    s.bound = s.router.get(zmq::sockopt::last_endpoint);
+    if (!s.config.control_endpoint.empty()) {
+      s.control = std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::dealer);
+      if (Impl::is_tcp(s.config.control_endpoint)) {
+        make_curve_client(*s.control, s.keys(), s.config.coordinator_public_key);
+      }
+      s.configure(*s.control);
+      s.control->set(zmq::sockopt::routing_id, s.config.unit_id);
+      s.control->connect(s.config.control_endpoint);
+    }
+  } catch (const zmq::error_t& e) {
+    return Status::error("unit " + s.config.unit_id + ": cannot bind " + s.config.endpoint + ": " + e.what(),
+                         StatusCode::unavailable);
+  } catch (const std::invalid_argument& e) {
+    return Status::error("unit " + s.config.unit_id + ": " + e.what(), StatusCode::invalid_argument);
+  }
+  s.thread = std::thread([this] { impl_->run(); });
+  return {};
+}
+
+void Transport::stop() {
+  Impl& s = *impl_;
+  if (!s.thread.joinable()) {
+    if (s.wake_fd >= 0) ::close(s.wake_fd), s.wake_fd = -1;
+    return;
+  }
+  s.stopping.store(true);
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(s.wake_fd, &one, sizeof one);
+  s.thread.join();
+  ::close(s.wake_fd);
+  s.wake_fd = -1;
+}
+
+std::string Transport::bound_endpoint() const { return impl_->bound; }
+
+void Transport::on_control(ControlHandler handler) { impl_->control_handler = std::move(handler); }
+
+void Transport::set_epoch(std::uint32_t epoch) { impl_->epoch.store(epoch); }
+
+void Transport::send_control(flatbuffers::DetachedBuffer message) {
+  bool was_empty = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    was_empty = impl_->queue.empty() && impl_->control_queue.empty();
+    impl_->control_queue.push_back(std::move(message));
+  }
+  if (was_empty) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(impl_->wake_fd, &one, sizeof one);
+  }
+}
+
+namespace {
+
+flatbuffers::DetachedBuffer header_buffer(const WireHeader& h) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  encode_header(h, fbb);
+  return fbb.Release();
+}
+
+}  // namespace
+
+void Transport::send_deliver(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header,
+                             PayloadPtr payload) {
+  impl_->push(Outgoing{unit, Destination{FrameKind::deliver, node, replica, header.epoch}, header_buffer(header),
+                       std::move(payload)});
+}
+
+void Transport::send_eos(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header) {
+  impl_->push(Outgoing{unit, Destination{FrameKind::eos, node, replica, header.epoch}, header_buffer(header), nullptr});
+}
+
+void Transport::send_ack(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header) {
+  impl_->push(Outgoing{unit, Destination{FrameKind::ack, node, replica, header.epoch}, header_buffer(header), nullptr});
+}
+
+}  // namespace swarmflow::transport

@@ -1,0 +1,328 @@
+#include "transport/wire.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/schema/control_generated.h>
+#include <swarmflow/schema/envelope_generated.h>
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/tokens_generated.h>
+#include <swarmflow/schema/vision_generated.h>
+
+namespace swarmflow::transport {
+namespace {
+
+// -- little-endian helpers ---------------------------------------------------
+
+void put_u32(std::uint8_t* out, std::uint32_t v) {
+  out[0] = static_cast<std::uint8_t>(v);
+  out[1] = static_cast<std::uint8_t>(v >> 8);
+  out[2] = static_cast<std::uint8_t>(v >> 16);
+  out[3] = static_cast<std::uint8_t>(v >> 24);
+}
+
+std::uint32_t get_u32(const std::uint8_t* in) {
+  return static_cast<std::uint32_t>(in[0]) | (static_cast<std::uint32_t>(in[1]) << 8) |
+         (static_cast<std::uint32_t>(in[2]) << 16) | (static_cast<std::uint32_t>(in[3]) << 24);
+}
+
+bool is_kind(std::uint8_t k) {
+  return k == static_cast<std::uint8_t>(FrameKind::deliver) || k == static_cast<std::uint8_t>(FrameKind::ack) ||
+         k == static_cast<std::uint8_t>(FrameKind::eos);
+}
+
+// -- alignment -----------------------------------------------------------------
+
+/// Bytes that FlatBuffers may read as scalars of up to 8 bytes: either the
+/// caller's, when suitably aligned, or an aligned copy of them.
+class AlignedView {
+ public:
+  AlignedView(const std::uint8_t* data, std::size_t size) : data_(data) {
+    if (!is_wire_aligned(data)) {
+      copy_.resize((size + sizeof(std::uint64_t) - 1) / sizeof(std::uint64_t));
+      std::memcpy(copy_.data(), data, size);
+      data_ = reinterpret_cast<const std::uint8_t*>(copy_.data());
+    }
+  }
+  const std::uint8_t* data() const { return data_; }
+
+ private:
+  std::vector<std::uint64_t> copy_;
+  const std::uint8_t* data_;
+};
+
+/// The largest buffer a Verifier accepts (it asserts on anything larger).
+constexpr std::size_t kMaxFlatBuffer = FLATBUFFERS_MAX_BUFFER_SIZE - 1;
+/// Root offset plus file identifier.
+constexpr std::size_t kMinIdentifiedBuffer = sizeof(flatbuffers::uoffset_t) + flatbuffers::kFileIdentifierLength;
+
+bool valid_identifier(std::string_view id) {
+  if (id.size() != flatbuffers::kFileIdentifierLength) return false;
+  for (char c : id) {
+    if (c == '\0') return false;
+  }
+  return true;
+}
+
+void set(Rejection* why, Rejection r) {
+  if (why != nullptr) *why = r;
+}
+
+// -- payload type registry -----------------------------------------------------
+
+class TypeTable {
+ public:
+  TypeTable() {
+    insert(schema::BlobIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyBlobBuffer(v); });
+    insert(schema::FrameIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyFrameBuffer(v); });
+    insert(schema::TokensIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyTokensBuffer(v); });
+    insert(schema::VisionResultsIdentifier(),
+           [](flatbuffers::Verifier& v) { return schema::VerifyVisionResultsBuffer(v); });
+    insert(schema::ControlIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyControlBuffer(v); });
+  }
+
+  // A replaced verifier stays alive (in `functions_`), so a pointer that find()
+  // handed out earlier never dangles.
+  void insert(const std::string& id, PayloadTypes::Verify verify) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    functions_.push_back(std::move(verify));
+    by_id_[id] = &functions_.back();
+  }
+
+  const PayloadTypes::Verify* find(std::string_view id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : it->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::deque<PayloadTypes::Verify> functions_;
+  std::map<std::string, const PayloadTypes::Verify*, std::less<>> by_id_;
+};
+
+TypeTable& type_table() {
+  static TypeTable table;
+  return table;
+}
+
+}  // namespace
+
+bool is_wire_aligned(const void* data) {
+  return reinterpret_cast<std::uintptr_t>(data) % kWireAlignment == 0;
+}
+
+const char* to_string(Rejection r) {
+  switch (r) {
+    case Rejection::none: return "none";
+    case Rejection::part_count: return "part_count";
+    case Rejection::destination: return "destination";
+    case Rejection::header_size: return "header_size";
+    case Rejection::header_invalid: return "header_invalid";
+    case Rejection::payload_size: return "payload_size";
+    case Rejection::payload_type: return "payload_type";
+    case Rejection::payload_invalid: return "payload_invalid";
+  }
+  return "unknown";
+}
+
+// -- destination ---------------------------------------------------------------
+
+void encode_destination(const Destination& d, std::uint8_t* out) {
+  out[0] = kWireVersion;
+  out[1] = static_cast<std::uint8_t>(d.kind);
+  out[2] = 0;
+  out[3] = 0;
+  put_u32(out + 4, d.node);
+  put_u32(out + 8, d.replica);
+  put_u32(out + 12, d.epoch);
+}
+
+std::optional<Destination> decode_destination(const std::uint8_t* data, std::size_t size) {
+  if (size != kDestinationSize) return std::nullopt;
+  if (data[0] != kWireVersion) return std::nullopt;
+  if (!is_kind(data[1])) return std::nullopt;
+  if (data[2] != 0 || data[3] != 0) return std::nullopt;
+  Destination d;
+  d.kind = static_cast<FrameKind>(data[1]);
+  d.node = get_u32(data + 4);
+  d.replica = get_u32(data + 8);
+  d.epoch = get_u32(data + 12);
+  return d;
+}
+
+// -- header --------------------------------------------------------------------
+
+void encode_header(const WireHeader& h, flatbuffers::FlatBufferBuilder& builder) {
+  builder.Clear();
+  const std::size_t hops = std::min<std::size_t>(h.envelope.hop_count, kMaxHops);
+  flatbuffers::Offset<flatbuffers::Vector<std::int64_t>> hop_ns;
+  if (hops > 0) hop_ns = builder.CreateVector(h.envelope.hop_ns.data(), hops);
+  flatbuffers::Offset<flatbuffers::String> payload_id;
+  if (!h.payload_id.empty()) payload_id = builder.CreateString(h.payload_id);
+
+  schema::EnvelopeHeaderBuilder b(builder);
+  b.add_edge(h.edge);
+  b.add_from_replica(h.from_replica);
+  b.add_epoch(h.epoch);
+  b.add_stream(h.envelope.stream);
+  b.add_seq(h.envelope.seq);
+  b.add_capture_ns(h.envelope.capture_ns);
+  b.add_confidence(h.envelope.confidence);
+  b.add_vote_key(h.envelope.vote_key);
+  if (hops > 0) b.add_hop_ns(hop_ns);
+  if (!h.payload_id.empty()) b.add_payload_id(payload_id);
+  b.add_credits(h.credits);
+  b.add_released(h.released);
+  b.add_service_ns(h.service_ns);
+  schema::FinishEnvelopeHeaderBuffer(builder, b.Finish());
+}
+
+std::optional<WireHeader> decode_header(const std::uint8_t* data, std::size_t size, const WireLimits& limits,
+                                        Rejection* why) {
+  if (size == 0 || size > limits.max_header_bytes || size > kMaxFlatBuffer) {
+    set(why, Rejection::header_size);
+    return std::nullopt;
+  }
+  if (size < kMinIdentifiedBuffer ||
+      !flatbuffers::BufferHasIdentifier(data, schema::EnvelopeHeaderIdentifier())) {
+    set(why, Rejection::header_invalid);
+    return std::nullopt;
+  }
+  const AlignedView bytes(data, size);
+  flatbuffers::Verifier verifier(bytes.data(), size, limits.max_depth, limits.max_tables);
+  if (!schema::VerifyEnvelopeHeaderBuffer(verifier)) {
+    set(why, Rejection::header_invalid);
+    return std::nullopt;
+  }
+  const auto* fb = schema::GetEnvelopeHeader(bytes.data());
+  const auto* hop_ns = fb->hop_ns();
+  const auto* payload_id = fb->payload_id();
+  // The 2.0.8 Verifier checks a vector's length field only for 4-byte
+  // alignment; 8-byte elements are read in place, so they must be aligned.
+  if ((hop_ns != nullptr && (hop_ns->size() > kMaxHops || !is_wire_aligned(hop_ns->Data()))) ||
+      (payload_id != nullptr && payload_id->size() != 0 && !valid_identifier(payload_id->string_view())) ||
+      !std::isfinite(fb->confidence()) || !std::isfinite(fb->service_ns()) || fb->service_ns() < 0) {
+    set(why, Rejection::header_invalid);
+    return std::nullopt;
+  }
+
+  WireHeader h;
+  h.edge = fb->edge();
+  h.from_replica = fb->from_replica();
+  h.epoch = fb->epoch();
+  h.envelope.stream = fb->stream();
+  h.envelope.seq = fb->seq();
+  h.envelope.capture_ns = fb->capture_ns();
+  h.envelope.confidence = fb->confidence();
+  h.envelope.vote_key = fb->vote_key();
+  if (hop_ns != nullptr) {
+    h.envelope.hop_count = static_cast<std::uint8_t>(hop_ns->size());
+    for (flatbuffers::uoffset_t i = 0; i < hop_ns->size(); ++i) h.envelope.hop_ns[i] = hop_ns->Get(i);
+  }
+  if (payload_id != nullptr) h.payload_id = payload_id->str();
+  h.credits = fb->credits();
+  h.released = fb->released();
+  h.service_ns = fb->service_ns();
+  set(why, Rejection::none);
+  return h;
+}
+
+// -- payload -------------------------------------------------------------------
+
+void PayloadTypes::add(const std::string& identifier, Verify verify) {
+  if (!valid_identifier(identifier)) {
+    throw std::invalid_argument("payload type identifier must be 4 non-NUL characters: \"" + identifier + "\"");
+  }
+  if (identifier == schema::EnvelopeHeaderIdentifier()) {
+    throw std::invalid_argument("\"SFEH\" is the envelope header, not a payload type");
+  }
+  if (!verify) throw std::invalid_argument("payload type \"" + identifier + "\" needs a verify function");
+  type_table().insert(identifier, std::move(verify));
+}
+
+const PayloadTypes::Verify* PayloadTypes::find(std::string_view identifier) {
+  return type_table().find(identifier);
+}
+
+Rejection verify_payload(std::string_view payload_id, const std::uint8_t* data, std::size_t size,
+                         const WireLimits& limits) {
+  if (size == 0 || size > limits.max_payload_bytes || size > kMaxFlatBuffer) return Rejection::payload_size;
+  const PayloadTypes::Verify* verify = PayloadTypes::find(payload_id);
+  if (verify == nullptr) return Rejection::payload_type;
+  // A known type's identifier is 4 non-NUL characters, so payload_id is too.
+  if (size < kMinIdentifiedBuffer ||
+      std::memcmp(data + sizeof(flatbuffers::uoffset_t), payload_id.data(), flatbuffers::kFileIdentifierLength) !=
+          0) {
+    return Rejection::payload_type;
+  }
+  const AlignedView bytes(data, size);
+  flatbuffers::Verifier verifier(bytes.data(), size, limits.max_depth, limits.max_tables);
+  return (*verify)(verifier) ? Rejection::none : Rejection::payload_invalid;
+}
+
+// -- whole message -------------------------------------------------------------
+
+std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count, const WireLimits& limits,
+                                      Rejection* why, const std::function<PayloadPtr()>& adopt_payload) {
+  if (count != 3) {
+    set(why, Rejection::part_count);
+    return std::nullopt;
+  }
+  const FrameView& dest_frame = frames[0];
+  const FrameView& header_frame = frames[1];
+  const FrameView& payload_frame = frames[2];
+
+  auto destination = decode_destination(dest_frame.data, dest_frame.size);
+  if (!destination) {
+    set(why, Rejection::destination);
+    return std::nullopt;
+  }
+
+  Rejection r = Rejection::none;
+  auto header = decode_header(header_frame.data, header_frame.size, limits, &r);
+  if (!header) {
+    set(why, r);
+    return std::nullopt;
+  }
+  const bool deliver = destination->kind == FrameKind::deliver;
+  if (deliver && header->payload_id.empty()) {
+    set(why, Rejection::header_invalid);
+    return std::nullopt;
+  }
+
+  Inbound in;
+  in.destination = *destination;
+  in.header = std::move(*header);
+  if (!deliver) {
+    if (payload_frame.size != 0) {
+      set(why, Rejection::payload_size);
+      return std::nullopt;
+    }
+    set(why, Rejection::none);
+    return in;
+  }
+
+  r = verify_payload(in.header.payload_id, payload_frame.data, payload_frame.size, limits);
+  if (r != Rejection::none) {
+    set(why, r);
+    return std::nullopt;
+  }
+  in.payload = adopt_payload ? adopt_payload() : nullptr;
+  if (!in.payload || in.payload->size() != payload_frame.size || !is_wire_aligned(in.payload->data())) {
+    set(why, Rejection::payload_invalid);
+    return std::nullopt;
+  }
+  set(why, Rejection::none);
+  return in;
+}
+
+}  // namespace swarmflow::transport

@@ -1,0 +1,113 @@
+// Several units in one process: each its own actor system, envelopes between
+// them over the inproc transport, with the same guarantees as inside one unit.
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <set>
+
+#include <swarmflow/runtime.hpp>
+
+namespace swarmflow {
+namespace {
+
+std::int64_t counter(const StageReport* s, const std::string& name) {
+  auto it = s->counters.find(name);
+  return it == s->counters.end() ? 0 : it->second;
+}
+
+void expect_conservation(const RunReport& r) {
+  for (const auto& e : r.edges) {
+    EXPECT_EQ(e.sent, e.delivered + e.dropped) << e.from << " -> " << e.to;
+  }
+}
+
+RunReport run(const std::string& yaml) {
+  Runtime rt;
+  std::vector<Diagnostic> diags;
+  Status s = rt.load_string(yaml, "units.yaml", &diags);
+  EXPECT_TRUE(s.ok()) << format_diagnostics(diags);
+  s = rt.run();
+  EXPECT_TRUE(s.ok()) << s.message();
+  return rt.report();
+}
+
+TEST(Units, ChainAcrossThreeUnitsMatchesOneUnit) {
+  const std::string stages =
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 3000, streams: 6}}\n"
+      "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},\n"
+      "     placement: {spread: true}, params: {service_us: 10}}\n"
+      "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out}}\n";
+  RunReport one = run("pipeline: one\nunits: 1\n" + stages);
+  RunReport three = run("pipeline: three\nunits: 3\n" + stages);
+  for (const RunReport* r : {&one, &three}) {
+    const StageReport* sink = r->stage("sink");
+    EXPECT_EQ(counter(sink, "received"), 3000);
+    EXPECT_EQ(counter(sink, "lost"), 0);
+    EXPECT_EQ(counter(sink, "duplicate"), 0);
+    EXPECT_EQ(counter(sink, "reordered"), 0);
+    expect_conservation(*r);
+  }
+  ASSERT_EQ(three.units.size(), 3U);
+  std::uint64_t crossed = 0;
+  int hosted = 0;
+  for (const auto& u : three.units) {
+    EXPECT_GT(u.replicas, 0) << u.id << " hosts nothing";
+    EXPECT_EQ(u.rejected, 0U);
+    crossed += u.received;
+    hosted += u.replicas;
+  }
+  EXPECT_EQ(hosted, 5);
+  EXPECT_GT(crossed, 0U);
+}
+
+TEST(Units, PayloadCrossesUnitsInProcessWithoutACopy) {
+  Runtime rt;
+  ASSERT_TRUE(rt.load_string("pipeline: zc\nunits: 2\nstages:\n"
+                             "  - {id: src, type: sim.source, params: {count: 200, payload_bytes: 65536},\n"
+                             "     placement: {units: [u0]}}\n"
+                             "  - {id: work, type: sim.work, inputs: {in: src/out}, placement: {units: [u1]}}\n"
+                             "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u1]}}\n",
+                             "zc.yaml")
+                  .ok());
+  std::mutex m;
+  std::vector<Envelope> keep;  // no address reuse while the run lasts
+  std::set<const void*> sent;
+  std::set<const void*> arrived;
+  ASSERT_TRUE(rt.subscribe("src/out", [&](const Envelope& e) {
+                  std::lock_guard<std::mutex> lock(m);
+                  keep.push_back(e);
+                  sent.insert(e.payload()->data());
+                }).ok());
+  ASSERT_TRUE(rt.subscribe("work/out", [&](const Envelope& e) {
+                  std::lock_guard<std::mutex> lock(m);
+                  arrived.insert(e.payload()->data());
+                }).ok());
+  ASSERT_TRUE(rt.run().ok());
+  RunReport r = rt.report();
+  ASSERT_EQ(r.units.size(), 2U);
+  EXPECT_EQ(r.units[1].received, 200U + 1U);  // 200 envelopes and one end-of-stream mark
+  EXPECT_EQ(sent.size(), 200U);
+  EXPECT_EQ(sent, arrived) << "the bytes that reached unit u1 are the ones unit u0 made";
+}
+
+class CrossUnitOverflow : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossUnitOverflow, SlowRemoteConsumerKeepsQueuesBoundedAndCountsDrops) {
+  RunReport r = run("pipeline: of\nunits: 2\nstages:\n"
+                    "  - {id: src, type: sim.source, params: {count: 500, rate_hz: 20000}, placement: {units: [u0]}}\n"
+                    "  - {id: sink, type: sim.sink, inputs: {in: src/out}, params: {service_us: 300},\n"
+                    "     placement: {units: [u1]}, queue: {capacity: 4, overflow: " + GetParam() + "}}\n");
+  expect_conservation(r);
+  const EdgeReport* e = r.edge("src/out", "sink/in");
+  ASSERT_NE(e, nullptr);
+  EXPECT_LE(e->peak_in_flight, 4U);
+  EXPECT_GT(e->dropped, 0U);
+  EXPECT_EQ(static_cast<std::uint64_t>(counter(r.stage("sink"), "received")) + e->dropped, 500U);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, CrossUnitOverflow, ::testing::Values("block", "drop_oldest", "drop_newest"));
+
+}  // namespace
+}  // namespace swarmflow
