@@ -10,6 +10,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2
 )
 
 missing=()

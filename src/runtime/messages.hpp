@@ -8,10 +8,11 @@
 #include <swarmflow/envelope.hpp>
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<swarmflow::Envelope>)
 
 namespace swarmflow::runtime {
 
-/// (edge, producer replica, envelope)
+/// (edge, producer replica, envelope) or (edge, producer replica, vector of envelopes)
 using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 /// (edge, consumer replica, credits, released, service_ns)
 using ack_atom = caf::atom_constant<caf::atom("ack")>;

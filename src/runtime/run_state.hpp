@@ -63,6 +63,7 @@ struct RemoteTransportStats {
   std::array<std::uint64_t, 8> rejected{};
   std::uint64_t unknown_peer = 0;
   std::uint64_t send_failed = 0;
+  std::uint64_t refused_handshakes = 0;
 };
 
 /// Everything about a run that outlives any one actor.

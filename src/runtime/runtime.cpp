@@ -186,6 +186,7 @@ RunReport build_report(const RunState& run) {
       unit.received = remote->received;
       unit.unknown_peer = remote->unknown_peer;
       unit.send_failed = remote->send_failed;
+      unit.refused_handshakes = remote->refused_handshakes;
       for (std::size_t i = 1; i < remote->rejected.size(); ++i) {
         unit.rejected += remote->rejected[i];
         if (remote->rejected[i] > 0) {

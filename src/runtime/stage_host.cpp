@@ -24,6 +24,8 @@ constexpr int kMaxSourceFailures = 3;
 /// Source steps per message, so that acks are not starved by a busy source.
 constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+/// Most envelopes in one message to a local consumer.
+constexpr std::size_t kMaxBatch = 32;
 
 class StageHost final : public StageContext {
  public:
@@ -56,31 +58,46 @@ class StageHost final : public StageContext {
     }
   }
 
+  // Every handler ends with flush_outbox(): envelopes made while handling one
+  // message go to each local consumer as one batch message.
   caf::behavior make_behavior() {
     return {
-        [this](start_atom) { on_start(); },
+        [this](start_atom) {
+          on_start();
+          flush_outbox();
+        },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, Envelope& e) {
-          on_deliver(static_cast<int>(edge), static_cast<int>(from), std::move(e));
+          enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e));
+          after_input();
+        },
+        [this](deliver_atom, std::uint32_t edge, std::uint32_t from, std::vector<Envelope>& batch) {
+          for (auto& e : batch) enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e));
+          after_input();
         },
         [this](ack_atom, std::uint32_t edge, std::uint32_t replica, std::uint32_t credits, std::uint32_t released,
                double service_ns) {
           on_ack(static_cast<int>(edge), static_cast<int>(replica), static_cast<int>(credits),
                  static_cast<int>(released), service_ns);
+          flush_outbox();
         },
         [this](eos_atom, std::uint32_t edge, std::uint32_t from) {
           on_eos(static_cast<int>(edge), static_cast<int>(from));
+          flush_outbox();
         },
         [this](pull_atom) {
           pull_scheduled_ = false;
           pull();
+          flush_outbox();
         },
         [this](resume_atom) {
           backoff_ = false;
           resume();
+          flush_outbox();
         },
         [this](stop_atom) {
           if (source_) source_done_ = true;
           maybe_finish();
+          flush_outbox();
         },
     };
   }
@@ -192,7 +209,7 @@ class StageHost final : public StageContext {
 
   // -- input side ---------------------------------------------------------
 
-  void on_deliver(int edge, int from, Envelope&& e) {
+  void enqueue(int edge, int from, Envelope&& e) {
     const int in = in_index_[static_cast<std::size_t>(edge)];
     if (in < 0) return;
     EnvelopeHeader h = e.header();
@@ -203,8 +220,12 @@ class StageHost final : public StageContext {
     if (data_queued_ > stats_->queue_peak.load(std::memory_order_relaxed)) {
       stats_->queue_peak.store(data_queued_, std::memory_order_relaxed);
     }
+  }
+
+  void after_input() {
     drain();
     maybe_finish();
+    flush_outbox();
   }
 
   void on_eos(int edge, int from) {
@@ -395,11 +416,28 @@ class StageHost final : public StageContext {
   }
   transport::Transport& transport() { return *run_->transports[static_cast<std::size_t>(unit_)]; }
 
+  /// Envelopes for one local consumer replica on one edge, sent as one
+  /// message when the current handler ends (or when the batch is full).
+  struct Batch {
+    int node;
+    int replica;
+    int edge;
+    std::vector<Envelope> envelopes;
+  };
+
   void post_deliver(int node, int replica, int edge, Envelope&& e) {
     const int unit = unit_of(node, replica);
     if (unit == unit_) {
-      self_->send(local_actor(node, replica), deliver_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_), std::move(e));
+      Batch* batch = nullptr;
+      for (auto& b : outbox_) {
+        if (b.node == node && b.replica == replica && b.edge == edge) batch = &b;
+      }
+      if (batch == nullptr) {
+        outbox_.push_back(Batch{node, replica, edge, {}});
+        batch = &outbox_.back();
+      }
+      batch->envelopes.push_back(std::move(e));
+      if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
     transport::WireHeader h;
@@ -412,9 +450,29 @@ class StageHost final : public StageContext {
                              e.payload());
   }
 
+  void send_batch(Batch& b) {
+    const caf::actor& to = local_actor(b.node, b.replica);
+    if (b.envelopes.size() == 1) {
+      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+                  std::move(b.envelopes.front()));
+    } else {
+      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+                  std::move(b.envelopes));
+    }
+    b.envelopes = {};
+  }
+
+  void flush_outbox() {
+    for (auto& b : outbox_) {
+      if (!b.envelopes.empty()) send_batch(b);
+    }
+  }
+
   void post_eos(int node, int replica, int edge) {
     const int unit = unit_of(node, replica);
     if (unit == unit_) {
+      flush_outbox();  // the end-of-stream mark must follow the envelopes
+
       self_->send(local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
                   static_cast<std::uint32_t>(replica_));
       return;
@@ -534,6 +592,7 @@ class StageHost final : public StageContext {
   std::vector<InEdge> in_;
   std::vector<OutEdge> out_;
   std::vector<Dispatch> dispatches_;
+  std::vector<Batch> outbox_;
   std::deque<Item> queue_;
 
   std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks

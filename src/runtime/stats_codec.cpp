@@ -46,8 +46,9 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
       const auto& c = run.transports[u]->counters();
       std::vector<std::uint64_t> rejected;
       for (const auto& r : c.rejected) rejected.push_back(r.load());
-      transport_stats = schema::CreateTransportStats(fbb, c.sent.load(), c.received.load(), fbb.CreateVector(rejected),
-                                                     c.unknown_peer.load(), c.send_failed.load());
+      transport_stats =
+          schema::CreateTransportStats(fbb, c.sent.load(), c.received.load(), fbb.CreateVector(rejected),
+                                       c.unknown_peer.load(), c.send_failed.load(), c.auth_refused.load());
     }
     const std::string error = run.error();
     auto body = schema::CreateUnitDone(fbb, fbb.CreateString(run.spec.units[u].id), run.epoch, error.empty(),
@@ -107,6 +108,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
     t.received = done.transport()->received();
     t.unknown_peer = done.transport()->unknown_peer();
     t.send_failed = done.transport()->send_failed();
+    t.refused_handshakes = done.transport()->refused_handshakes();
     if (done.transport()->rejected() != nullptr) {
       for (std::size_t i = 0; i < done.transport()->rejected()->size() && i < t.rejected.size(); ++i) {
         t.rejected[i] = done.transport()->rejected()->Get(static_cast<flatbuffers::uoffset_t>(i));
