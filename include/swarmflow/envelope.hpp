@@ -44,8 +44,14 @@ class Payload {
   Payload(const Payload&) = delete;
   Payload& operator=(const Payload&) = delete;
 
+  /// Only Payload's own factories can make one (the key is private).
+  class Key {
+    friend class Payload;
+    Key() = default;
+  };
+  explicit Payload(Key) {}
+
  private:
-  Payload() = default;
   flatbuffers::DetachedBuffer detached_;
   std::vector<std::uint8_t> bytes_;
   std::shared_ptr<const void> owner_;
@@ -91,7 +97,8 @@ class Envelope {
     return payload_ ? payload_->root<T>() : nullptr;
   }
   /// The same payload under another header.
-  Envelope with_header(const EnvelopeHeader& header) const { return Envelope(header, payload_); }
+  Envelope with_header(const EnvelopeHeader& header) const& { return Envelope(header, payload_); }
+  Envelope with_header(const EnvelopeHeader& header) && { return Envelope(header, std::move(payload_)); }
 
  private:
   EnvelopeHeader header_;

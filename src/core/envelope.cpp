@@ -6,7 +6,7 @@
 namespace swarmflow {
 
 std::shared_ptr<const Payload> Payload::from_builder(flatbuffers::FlatBufferBuilder& builder) {
-  std::shared_ptr<Payload> p(new Payload());
+  auto p = std::make_shared<Payload>(Key{});
   p->detached_ = builder.Release();
   p->data_ = p->detached_.data();
   p->size_ = p->detached_.size();
@@ -20,7 +20,7 @@ std::shared_ptr<const Payload> Payload::copy_of(const void* data, std::size_t si
 }
 
 std::shared_ptr<const Payload> Payload::adopt(std::vector<std::uint8_t> bytes) {
-  std::shared_ptr<Payload> p(new Payload());
+  auto p = std::make_shared<Payload>(Key{});
   p->bytes_ = std::move(bytes);
   p->data_ = p->bytes_.data();
   p->size_ = p->bytes_.size();
@@ -29,7 +29,7 @@ std::shared_ptr<const Payload> Payload::adopt(std::vector<std::uint8_t> bytes) {
 
 std::shared_ptr<const Payload> Payload::wrap(const std::uint8_t* data, std::size_t size,
                                             std::shared_ptr<const void> owner) {
-  std::shared_ptr<Payload> p(new Payload());
+  auto p = std::make_shared<Payload>(Key{});
   p->owner_ = std::move(owner);
   p->data_ = data;
   p->size_ = size;

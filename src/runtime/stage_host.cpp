@@ -67,12 +67,14 @@ class StageHost final : public StageContext {
           flush_outbox();
         },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, Envelope& e) {
-          enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e));
-          after_input();
+          const std::int64_t now = steady_now_ns();
+          enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e), now);
+          after_input(now);
         },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, std::vector<Envelope>& batch) {
-          for (auto& e : batch) enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e));
-          after_input();
+          const std::int64_t now = steady_now_ns();
+          for (auto& e : batch) enqueue(static_cast<int>(edge), static_cast<int>(from), std::move(e), now);
+          after_input(now);
         },
         [this](ack_atom, std::uint32_t edge, std::uint32_t replica, std::uint32_t credits, std::uint32_t released,
                double service_ns) {
@@ -209,21 +211,22 @@ class StageHost final : public StageContext {
 
   // -- input side ---------------------------------------------------------
 
-  void enqueue(int edge, int from, Envelope&& e) {
+  /// Queues an arrived envelope, stamping its arrival time `now`.
+  void enqueue(int edge, int from, Envelope&& e, std::int64_t now) {
     const int in = in_index_[static_cast<std::size_t>(edge)];
     if (in < 0) return;
     EnvelopeHeader h = e.header();
-    h.add_hop(steady_now_ns());
+    h.add_hop(now);
     in_[static_cast<std::size_t>(in)].stats->delivered.fetch_add(1, std::memory_order_relaxed);
-    queue_.push_back(Item{in, from, e.with_header(h), false});
+    queue_.push_back(Item{in, from, std::move(e).with_header(h), false});
     ++data_queued_;
     if (data_queued_ > stats_->queue_peak.load(std::memory_order_relaxed)) {
       stats_->queue_peak.store(data_queued_, std::memory_order_relaxed);
     }
   }
 
-  void after_input() {
-    drain();
+  void after_input(std::int64_t now) {
+    drain(now);
     maybe_finish();
     flush_outbox();
   }
@@ -238,14 +241,19 @@ class StageHost final : public StageContext {
 
   bool blocked() const { return backoff_ || any_blocked(); }
 
-  void drain() {
+  /// Processes queued envelopes until the queue is empty or the host is
+  /// blocked. `now` is a recent clock reading; each step's end time is the
+  /// next one's start, so a step costs one clock read.
+  void drain(std::int64_t now = 0) {
     if (!started_) return;
+    if (queue_.empty()) return;
+    std::int64_t t = now != 0 ? now : steady_now_ns();
     while (!queue_.empty() && !blocked()) {
       Item& item = queue_.front();
       if (item.eos) {
         --eos_remaining_;
         flush_acks(in_[static_cast<std::size_t>(item.in)], true);
-      } else if (!process_item(item)) {
+      } else if (!process_item(item, t)) {
         break;  // failed; retried after the backoff
       } else {
         acknowledge(item.in, item.from);
@@ -257,7 +265,8 @@ class StageHost final : public StageContext {
   }
 
   /// Runs the stage on one envelope; false when it must be retried later.
-  bool process_item(Item& item) {
+  /// `t` is the start time on entry and the end time on return.
+  bool process_item(Item& item, std::int64_t& t) {
     if (failed_) {
       stats_->dead_letters.fetch_add(1, std::memory_order_relaxed);
       return true;
@@ -265,9 +274,10 @@ class StageHost final : public StageContext {
     InEdge& in = in_[static_cast<std::size_t>(item.in)];
     inputs_.reset(in.port, &item.envelope);
     outputs_.reset(item.envelope.header());
-    const std::int64_t t0 = steady_now_ns();
+    const std::int64_t t0 = t;
     Status s = call_process();
     const std::int64_t t1 = steady_now_ns();
+    t = t1;
     if (s.is_error()) return on_failure(s);
     attempts_ = 0;
     consecutive_failures_ = 0;
