@@ -56,6 +56,8 @@ struct UnitReport {
   std::uint64_t unknown_peer = 0; ///< from a peer not in the unit list
   std::uint64_t send_failed = 0;  ///< could not be handed to a peer
   std::uint64_t refused_handshakes = 0;  ///< peers refused by CURVE/ZAP (plaintext, wrong or unknown key)
+  std::uint64_t load_reports = 0;        ///< load reports the coordinator received from it
+  double utilisation = 0;                ///< busy fraction of its worker threads in the last report
   std::map<std::string, std::uint64_t> rejected_by_reason;
 };
 

@@ -66,6 +66,8 @@ Json unit_json(const UnitReport& u) {
   j["unknown_peer"] = u.unknown_peer;
   j["send_failed"] = u.send_failed;
   j["refused_handshakes"] = u.refused_handshakes;
+  j["load_reports"] = u.load_reports;
+  j["utilisation"] = u.utilisation;
   Json reasons = Json::object();
   for (const auto& [reason, n] : u.rejected_by_reason) reasons[reason] = n;
   j["rejected_by_reason"] = std::move(reasons);

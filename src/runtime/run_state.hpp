@@ -34,6 +34,8 @@ struct ReplicaStats {
   std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> queued{0};
   std::atomic<std::uint64_t> queue_peak{0};
+  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps
+  std::atomic<std::int64_t> service_ns{0};  ///< smoothed time of one step
 
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;
@@ -54,6 +56,13 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> waiting{0};
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> peak_in_flight{0};
+};
+
+/// The latest load report of a unit: what placement decides on.
+struct UnitLoad {
+  std::uint64_t reports = 0;
+  double utilisation = 0;  ///< busy fraction of the unit's worker threads, 0..1
+  std::int64_t at_ns = 0;
 };
 
 /// A unit's transport counters as reported from another process.
@@ -89,6 +98,10 @@ struct RunState {
 
   std::atomic<bool> stop_requested{false};
 
+  /// Records a unit's load report (its own, or one received from it).
+  void record_load(int unit, double utilisation);
+  UnitLoad load(int unit) const;
+
   /// Transport counters of units hosted elsewhere, from their UnitDone.
   void set_remote_transport(int unit, const RemoteTransportStats& stats);
   std::optional<RemoteTransportStats> remote_transport(int unit) const;
@@ -116,6 +129,7 @@ struct RunState {
   bool aborted_ = false;
   std::string error_;
   std::map<int, RemoteTransportStats> remote_transport_;
+  std::map<int, UnitLoad> loads_;
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.

@@ -75,6 +75,20 @@ bool RunState::aborted() const {
   return aborted_;
 }
 
+void RunState::record_load(int unit, double utilisation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  UnitLoad& l = loads_[unit];
+  ++l.reports;
+  l.utilisation = utilisation;
+  l.at_ns = steady_now_ns();
+}
+
+UnitLoad RunState::load(int unit) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = loads_.find(unit);
+  return it == loads_.end() ? UnitLoad{} : it->second;
+}
+
 void RunState::set_remote_transport(int unit, const RemoteTransportStats& stats) {
   std::lock_guard<std::mutex> lock(mutex_);
   remote_transport_[unit] = stats;
@@ -169,6 +183,9 @@ RunReport build_report(const RunState& run) {
     for (const auto& replicas : run.unit_of) {
       for (int owner : replicas) unit.replicas += owner == static_cast<int>(u) ? 1 : 0;
     }
+    const UnitLoad load = run.load(static_cast<int>(u));
+    unit.load_reports = load.reports;
+    unit.utilisation = load.utilisation;
     if (u < run.transports.size() && run.transports[u]) {
       const auto& c = run.transports[u]->counters();
       unit.sent = c.sent.load();
@@ -227,6 +244,76 @@ std::vector<std::unique_ptr<T>> make_n(int n) {
   std::vector<std::unique_ptr<T>> v;
   for (int i = 0; i < n; ++i) v.push_back(std::make_unique<T>());
   return v;
+}
+
+}  // namespace
+}  // namespace runtime
+
+// -- the unit actor: measures its unit's load and reports it -------------------
+
+namespace runtime {
+namespace {
+
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+/// Every `interval_ms`, the utilisation of the unit's worker threads and per
+/// replica queue depth, service time, arrival rate and progress, as a
+/// LoadReport to the coordinator (a unit process) or straight into the run's
+/// view (a unit in the coordinator's process). Quits when the run has ended.
+caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState> run, int unit, int threads,
+                         bool remote_coordinator) {
+  struct State {
+    std::int64_t last_ns = steady_now_ns();
+    std::int64_t last_busy = 0;
+    std::vector<std::uint64_t> last_arrivals;
+  };
+  auto state = std::make_shared<State>();
+  const auto interval = std::chrono::milliseconds(std::max(1, run->spec.placement.interval_ms));
+  self->delayed_send(self, interval, tick_atom::value);
+  return {[=](tick_atom) {
+    if (run->finished()) {
+      self->quit();
+      return;
+    }
+    const std::int64_t now = steady_now_ns();
+    const double dt_ns = static_cast<double>(std::max<std::int64_t>(1, now - state->last_ns));
+    std::int64_t busy = 0;
+    double utilisation = 0;
+    std::size_t k = 0;
+    auto report = transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+      std::vector<flatbuffers::Offset<schema::ReplicaLoad>> replicas;
+      for (const auto& node : run->graph.nodes) {
+        const auto n = static_cast<std::size_t>(node.index);
+        for (std::size_t r = 0; r < run->unit_of[n].size(); ++r) {
+          if (run->unit_of[n][r] != unit) continue;
+          const ReplicaStats& s = *run->replica_stats[n][r];
+          busy += s.busy_ns.load(std::memory_order_relaxed);
+          std::uint64_t arrivals = 0;
+          for (int e : node.in_edges) arrivals += run->edge_in[static_cast<std::size_t>(e)][r]->delivered.load();
+          if (state->last_arrivals.size() <= k) state->last_arrivals.push_back(0);
+          const double arrival_hz = static_cast<double>(arrivals - state->last_arrivals[k]) * 1e9 / dt_ns;
+          state->last_arrivals[k++] = arrivals;
+          replicas.push_back(schema::CreateReplicaLoad(
+              fbb, fbb.CreateString(node.decl->id), static_cast<std::uint32_t>(r),
+              static_cast<std::uint32_t>(s.queued.load()), static_cast<double>(s.service_ns.load()), arrival_hz,
+              s.processed.load()));
+        }
+      }
+      utilisation =
+          std::clamp(static_cast<double>(busy - state->last_busy) / (dt_ns * std::max(1, threads)), 0.0, 1.0);
+      auto body = schema::CreateLoadReport(fbb, fbb.CreateString(run->spec.units[static_cast<std::size_t>(unit)].id),
+                                           now, static_cast<float>(utilisation), fbb.CreateVector(replicas));
+      return std::make_pair(schema::ControlBody::LoadReport, body.Union());
+    });
+    state->last_busy = busy;
+    state->last_ns = now;
+    if (remote_coordinator) {
+      run->transports[static_cast<std::size_t>(unit)]->send_control(std::move(report));
+    } else {
+      run->record_load(unit, utilisation);
+    }
+    self->delayed_send(self, interval, tick_atom::value);
+  }};
 }
 
 }  // namespace
@@ -343,6 +430,7 @@ struct Runtime::Impl {
   /// One actor system per unit hosted here, by unit index (null elsewhere).
   std::vector<std::unique_ptr<caf::actor_system_config>> caf_configs;
   std::vector<std::unique_ptr<caf::actor_system>> systems;
+  std::vector<caf::actor> unit_actors;  ///< one per unit hosted here
   int instance = 0;
   bool started = false;
   bool waited = false;
@@ -638,6 +726,9 @@ struct Runtime::Impl {
       case schema::ControlBody::Heartbeat:
         view.joined[i] = true;
         break;
+      case schema::ControlBody::LoadReport:
+        run.record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
+        break;
       case schema::ControlBody::Ready:
         if (c.body_as_Ready()->epoch() == run.epoch) view.ready[i] = true;
         break;
@@ -708,6 +799,11 @@ struct Runtime::Impl {
       }
     }
     if (!options.coordinator) run->total_replicas = here;
+    for (std::size_t u = 0; u < units; ++u) {
+      if (!local[u]) continue;
+      unit_actors.push_back(systems[u]->spawn(runtime::unit_actor, run, static_cast<int>(u),
+                                              thread_count(u), !options.coordinator));
+    }
   }
 
   void start_local_hosts() {
@@ -717,6 +813,12 @@ struct Runtime::Impl {
         if (a) runtime::send_start(a);
       }
     }
+  }
+
+  /// Stops the unit actors (they also quit by themselves once the run ends).
+  void stop_unit_actors() {
+    for (const auto& a : unit_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    unit_actors.clear();
   }
 
   /// Tears down whatever still runs after an abort.
@@ -780,6 +882,7 @@ Status Runtime::start() {
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
   auto fail = [&](Status s) {
+    m.stop_unit_actors();
     if (m.control_server) m.control_server->stop();
     m.stop_transports();
     m.kill_local_hosts();
@@ -880,6 +983,7 @@ Status Runtime::wait() {
   }
   m.final_report = runtime::build_report(*m.run);
   if (m.run->aborted()) m.kill_local_hosts();
+  m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
   m.stop_transports();
   m.run->actors.clear();

@@ -284,6 +284,8 @@ class StageHost final : public StageContext {
     const double service = static_cast<double>(t1 - t0);
     service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
     stats_->processed.fetch_add(1, std::memory_order_relaxed);
+    stats_->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+    stats_->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
     if (sink_) stats_->record_latency(t1 - item.envelope.header().capture_ns);
     emit_outputs();
     return true;
@@ -536,7 +538,9 @@ class StageHost final : public StageContext {
       defer_until_ = 0;
       inputs_.reset(-1, nullptr);
       outputs_.reset(EnvelopeHeader{});
+      const std::int64_t t0 = steady_now_ns();
       Status s = call_process();
+      stats_->busy_ns.fetch_add(steady_now_ns() - t0, std::memory_order_relaxed);
       if (s.is_end_of_stream()) {
         source_done_ = true;
         break;

@@ -115,6 +115,9 @@ Status ControlServer::start() {
   Impl& s = *impl_;
   s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.wake_fd < 0) return Status::error(std::string("eventfd: ") + std::strerror(errno));
+  if (s.config.endpoint.rfind("ipc://", 0) == 0) {
+    if (Status ipc = check_ipc_endpoint(s.config.endpoint); !ipc.ok()) return ipc;
+  }
   try {
     if (s.config.endpoint.rfind("tcp://", 0) == 0) {
       if (s.config.secret_key.empty()) {

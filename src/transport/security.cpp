@@ -667,4 +667,16 @@ Status make_private_ipc_dir(std::string* dir) {
 
 std::string ipc_endpoint(const std::string& dir, const std::string& name) { return "ipc://" + dir + "/" + name; }
 
+Status check_ipc_endpoint(const std::string& endpoint) {
+  const std::string path = endpoint.substr(std::string("ipc://").size());
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  Status s = ensure_private_dir(dir);
+  if (!s.ok()) {
+    return Status::error(endpoint + ": ipc sockets must live in a directory only this user can enter; " + s.message(),
+                         s.code());
+  }
+  return s;
+}
+
 }  // namespace swarmflow::transport

@@ -274,4 +274,9 @@ Status make_private_ipc_dir(std::string* dir);
 /// "ipc://<dir>/<name>". Linux limits the path to 107 bytes.
 std::string ipc_endpoint(const std::string& dir, const std::string& name);
 
+/// Checks that the directory of an `ipc://` endpoint is private to this user
+/// (creating it with mode 0700 when missing), so no other user can connect to
+/// or replace the socket. Called before every ipc bind.
+Status check_ipc_endpoint(const std::string& endpoint);
+
 }  // namespace swarmflow::transport

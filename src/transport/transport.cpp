@@ -375,6 +375,9 @@ Status Transport::start() {
   Impl& s = *impl_;
   s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.wake_fd < 0) return Status::error(std::string("eventfd: ") + std::strerror(errno));
+  if (s.config.endpoint.rfind("ipc://", 0) == 0) {
+    if (Status ipc = check_ipc_endpoint(s.config.endpoint); !ipc.ok()) return ipc;
+  }
   try {
     // A tcp endpoint is a CURVE server whose clients the process's ZAP
     // handler admits by key; it exists before this bind (see security.hpp).

@@ -38,7 +38,7 @@ std::string secured_units(const TempDir& dir, const std::vector<std::string>& id
 }
 /// The quickstart's shape, with every stage placed so that each hop crosses units.
 std::string split_pipeline(const std::string& units_block) {
-  return "pipeline: split\n" + units_block +
+  return "pipeline: split\nplacement: {policy: static, interval_ms: 20}\n" + units_block +
          "stages:\n"
          "  - {id: source, type: sim.source, params: {count: 4000, streams: 4, payload_bytes: 256},\n"
          "     placement: {units: [u0]}}\n"
@@ -95,6 +95,12 @@ TEST(UnitProcesses, ThreeProcessesOnTcpMatchOneProcess) {
   }
   EXPECT_GT(r["units"]["u1"]["received"].get<std::uint64_t>(), 0U);
   EXPECT_GT(r["units"]["u2"]["received"].get<std::uint64_t>(), 0U);
+  // Load reports flow on the control plane from the unit processes.
+  for (const char* u : {"u1", "u2"}) {
+    EXPECT_GT(r["units"][u]["load_reports"].get<std::uint64_t>(), 0U) << u;
+    EXPECT_GE(r["units"][u]["utilisation"].get<double>(), 0.0);
+    EXPECT_LE(r["units"][u]["utilisation"].get<double>(), 1.0);
+  }
 }
 
 TEST(UnitProcesses, UnitLeavesPromptlyOnSigtermWhenItsPeersAreDead) {

@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <mutex>
 #include <set>
+
+#include <stdlib.h>
 
 #include <swarmflow/runtime.hpp>
 
@@ -108,6 +111,44 @@ TEST_P(CrossUnitOverflow, SlowRemoteConsumerKeepsQueuesBoundedAndCountsDrops) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CrossUnitOverflow, ::testing::Values("block", "drop_oldest", "drop_newest"));
+
+}  // namespace
+}  // namespace swarmflow
+
+namespace swarmflow {
+namespace {
+
+std::string ipc_pipeline(const std::string& dir) {
+  return "pipeline: ipc\nunits:\n"
+         "  - {id: u0, endpoint: \"ipc://" + dir + "/u0\"}\n"
+         "  - {id: u1, endpoint: \"ipc://" + dir + "/u1\"}\n"
+         "stages:\n"
+         "  - {id: src, type: sim.source, params: {count: 1000, streams: 2}, placement: {units: [u0]}}\n"
+         "  - {id: sink, type: sim.sink, inputs: {in: src/out}, placement: {units: [u1]}}\n";
+}
+
+TEST(Units, IpcEndpointsInAPrivateDirectory) {
+  char tmpl[] = "/tmp/swarmflow-ipc-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);  // mode 0700
+  RunReport r = run(ipc_pipeline(dir));
+  EXPECT_EQ(counter(r.stage("sink"), "received"), 1000);
+  EXPECT_EQ(counter(r.stage("sink"), "lost"), 0);
+  EXPECT_GT(r.units[1].received, 0U);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Units, IpcEndpointInADirectoryOthersCanEnterIsRefused) {
+  char tmpl[] = "/tmp/swarmflow-ipc-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::filesystem::permissions(dir, std::filesystem::perms::group_read | std::filesystem::perms::group_exec,
+                               std::filesystem::perm_options::add);
+  Runtime rt;
+  ASSERT_TRUE(rt.load_string(ipc_pipeline(dir), "ipc.yaml").ok());
+  Status s = rt.start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("only this user can enter"), std::string::npos) << s.message();
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace swarmflow
