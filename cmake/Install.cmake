@@ -10,6 +10,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/pipelines/" DESTINATION "${CMAKE_INSTAL
 
 install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime
                 swarmflow_actors_sim swarmflow_actors_io
+                swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
         EXPORT swarmflowTargets
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
@@ -22,6 +23,7 @@ install(TARGETS swarmflow RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 # CMAKE_INSTALL_RPATH named at configure time.
 file(RELATIVE_PATH _bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
 set_target_properties(swarmflow_core swarmflow_runtime swarmflow_actors_sim swarmflow_actors_io
+                swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
   PROPERTIES INSTALL_RPATH "$ORIGIN")
 set_target_properties(swarmflow PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
 

@@ -71,6 +71,7 @@ struct EnvelopeHeader {
   std::int64_t capture_ns = 0;  ///< steady-clock time of capture at the source
   float confidence = 1.0F;      ///< how sure the producer is, 0..1 (used by voters)
   std::uint64_t vote_key = 0;   ///< what is being agreed on (used by voters)
+  std::uint64_t part_id = 0;    ///< the physical item the data is about (a part on a conveyor); 0 = none
   std::uint8_t hop_count = 0;   ///< valid entries of hop_ns
   std::array<std::int64_t, kMaxHops> hop_ns{};  ///< arrival time at each stage, oldest first
 

@@ -24,6 +24,7 @@ struct PortInfo {
   std::string name;
   std::string type;
   std::string description;
+  bool optional = false;  ///< an input that may be left unconnected
 };
 
 /// Port type that accepts any payload (for inspection stages such as io.jsonl).
@@ -67,6 +68,19 @@ class StageSpec {
   InputPort<T> input(std::string name, std::string description = {}) {
     return InputPort<T>(add_input(std::move(name), T::GetFullyQualifiedName(), std::move(description)));
   }
+  /// Declares an input port that a pipeline may leave unconnected.
+  template <class T>
+  InputPort<T> optional_input(std::string name, std::string description = {}) {
+    const int index = add_input(std::move(name), T::GetFullyQualifiedName(), std::move(description));
+    inputs_.back().optional = true;
+    return InputPort<T>(index);
+  }
+  /// For a stage whose inputs are joined (`join:` in the pipeline): sets whose
+  /// deadline passes incomplete are dropped (and counted) instead of being
+  /// delivered flagged as partial.
+  void drop_partial_joins() { drop_partial_joins_ = true; }
+  bool drops_partial_joins() const { return drop_partial_joins_; }
+
   /// Declares an output port carrying root table T.
   template <class T>
   OutputPort<T> output(std::string name, std::string description = {}) {
@@ -105,35 +119,68 @@ class StageSpec {
   std::vector<PortInfo> outputs_;
   std::vector<ParamInfo> params_;
   std::vector<void*> fields_;
+  bool drop_partial_joins_ = false;
 };
 
-/// The input of one step: the envelope that arrived and the port it came on.
+/// The input of one step. Usually one envelope and the port it came on; for
+/// a stage whose inputs are joined, one envelope per port of a matched set
+/// (some missing when the set is partial).
 class Inputs {
  public:
-  /// The port of this step's envelope, or -1 in a source.
+  /// The port of this step's envelope (for a joined set, its first present
+  /// port), or -1 in a source.
   int port() const { return port_; }
-  /// This step's envelope; null in a source.
+  /// This step's envelope (for a joined set, the first present); null in a source.
   const Envelope* envelope() const { return envelope_; }
-  /// The payload on `port` if this step's envelope arrived there, else null.
+  /// The payload on `port` in this step, else null.
   template <class T>
   const T* get(const InputPort<T>& port) const {
-    return (envelope_ != nullptr && port_ == port.index()) ? envelope_->as<T>() : nullptr;
+    const Envelope* e = at(port.index());
+    return e != nullptr ? e->as<T>() : nullptr;
   }
-  /// The envelope on `port` if this step's envelope arrived there, else null.
+  /// The envelope on `port` in this step, else null.
   template <class T>
   const Envelope* envelope(const InputPort<T>& port) const {
-    return port_ == port.index() ? envelope_ : nullptr;
+    return at(port.index());
   }
+  /// True for a joined set that was incomplete at its deadline.
+  bool partial() const { return partial_; }
 
-  /// Used by the host.
+  /// Used by the host: one envelope on one port.
   void reset(int port, const Envelope* envelope) {
     port_ = port;
     envelope_ = envelope;
+    joined_ = nullptr;
+    partial_ = false;
+  }
+  /// Used by the host: a joined set, `by_port[i]` null where missing.
+  void reset_joined(const std::vector<const Envelope*>* by_port, bool partial) {
+    joined_ = by_port;
+    partial_ = partial;
+    port_ = -1;
+    envelope_ = nullptr;
+    for (std::size_t i = 0; i < by_port->size(); ++i) {
+      if ((*by_port)[i] != nullptr) {
+        port_ = static_cast<int>(i);
+        envelope_ = (*by_port)[i];
+        break;
+      }
+    }
   }
 
  private:
+  const Envelope* at(int port) const {
+    if (joined_ != nullptr) {
+      return port >= 0 && static_cast<std::size_t>(port) < joined_->size() ? (*joined_)[static_cast<std::size_t>(port)]
+                                                                           : nullptr;
+    }
+    return (envelope_ != nullptr && port_ == port) ? envelope_ : nullptr;
+  }
+
   int port_ = -1;
   const Envelope* envelope_ = nullptr;
+  const std::vector<const Envelope*>* joined_ = nullptr;
+  bool partial_ = false;
 };
 
 /// Where a step puts what it produced. Nothing leaves until the step returns

@@ -25,6 +25,15 @@
 
 namespace swarmflow::config {
 
+const char* to_string(KeyField field) {
+  switch (field) {
+    case KeyField::stream: return "stream";
+    case KeyField::seq: return "seq";
+    case KeyField::part_id: return "part_id";
+  }
+  return "?";
+}
+
 const char* to_string(Overflow overflow) {
   switch (overflow) {
     case Overflow::block: return "block";
@@ -48,8 +57,9 @@ namespace {
 const std::vector<std::string> kTopKeys = {"pipeline", "units", "coordinator", "coordinator_key", "stages",
                                            "placement"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
-const std::vector<std::string> kStageKeys = {"id",    "type", "replicas", "params",   "inputs",
-                                             "queue", "key",  "feedback", "placement"};
+const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
+                                             "key", "feedback", "placement", "join"};
+const std::vector<std::string> kJoinKeys = {"key", "timeout_ms"};
 const std::vector<std::string> kReplicaKeys = {"min", "max"};
 const std::vector<std::string> kQueueKeys = {"capacity", "overflow"};
 const std::vector<std::string> kStagePlacementKeys = {"units", "spread"};
@@ -525,6 +535,7 @@ class Loader {
     if (const Entry* e = entries->find("inputs")) read_inputs(*e, decl, facts, what);
     if (const Entry* e = entries->find("queue")) read_queue(*e, decl, what);
     if (const Entry* e = entries->find("key")) read_key(*e, decl, what);
+    if (const Entry* e = entries->find("join")) read_join(*e, decl, facts, what);
     if (const Entry* e = entries->find("feedback")) {
       if (auto feedback = read_boolean(*e, "'feedback' of " + what)) decl.feedback = *feedback;
     }
@@ -685,7 +696,18 @@ class Loader {
   }
 
   void read_input(const Entry& e, StageDecl& decl) {
-    const std::string hint = "write the source as `stage/port`, e.g. `" + e.name + ": camera/out`";
+    if (e.value.IsSequence() && e.value.size() > 0) {
+      // Fan-in: several producers feed one port.
+      for (std::size_t i = 0; i < e.value.size(); ++i) read_input_source(e.name, e.value[i], decl);
+      return;
+    }
+    read_input_source(e.name, e.value, decl);
+  }
+
+  void read_input_source(const std::string& port, const YAML::Node& value, StageDecl& decl) {
+    const Entry e{port, YAML::Node(), value};
+    const std::string hint = "write the source as `stage/port` (or a list of them), e.g. `" + e.name +
+                             ": camera/out`";
     if (!e.value.IsScalar()) {
       report(e.value_loc(),
              "input " + in_quotes(e.name) + " must name its source as `stage/port`, got " + shown(e.value),
@@ -736,12 +758,44 @@ class Loader {
   void read_key(const Entry& e, StageDecl& decl, const std::string& what) {
     auto key = read_string(e, "'key' of " + what);
     if (!key) return;
-    if (*key != "stream") {
+    if (*key == "stream") {
+      decl.key = KeyField::stream;
+    } else if (*key == "part_id") {
+      decl.key = KeyField::part_id;
+    } else {
       report(e.value_loc(), "unknown routing key " + in_quotes(*key) + " of " + what,
-             "the only key is `stream`, which keeps each stream on one replica; remove `key:` otherwise");
+             "use `stream` (each stream stays on one replica) or `part_id` (each part does); remove `key:` "
+             "otherwise");
       return;
     }
     decl.keyed = true;
+  }
+
+  void read_join(const Entry& e, StageDecl& decl, const StageFacts& facts, const std::string& what) {
+    auto entries = read_map(e.value, e.value_loc(), "'join' of " + what, kJoinKeys);
+    if (!entries) return;
+    decl.join.enabled = true;
+    decl.join.loc = e.key_loc();
+    if (const Entry* k = entries->find("key")) {
+      auto key = read_string(*k, "join key of " + what);
+      if (key && *key == "seq") {
+        decl.join.key = KeyField::seq;
+      } else if (key && *key == "part_id") {
+        decl.join.key = KeyField::part_id;
+      } else if (key) {
+        report(k->value_loc(), "unknown join key " + in_quotes(*key) + " of " + what,
+               "use `seq` (same sequence number) or `part_id` (same part)");
+      }
+    }
+    if (const Entry* t = entries->find("timeout_ms")) {
+      if (auto ms = read_integer(*t, "join timeout of " + what, 1, 3'600'000,
+                                 "how long an incomplete set may wait, in ms")) {
+        decl.join.timeout_ms = static_cast<int>(*ms);
+      }
+    }
+    if (facts.type_known && facts.ports.inputs().size() < 2) {
+      report(e.key_loc(), what + " has fewer than two inputs, so there is nothing to join", "remove `join:`");
+    }
   }
 
   void read_stage_placement(const Entry& e, StageDecl& decl, const std::string& what) {
@@ -890,7 +944,7 @@ class Loader {
       const StageFacts& facts = facts_[i];
       if (!facts.type_known) continue;
       for (const auto& input : facts.ports.inputs()) {
-        if (facts.named_inputs.count(input.name) != 0) continue;
+        if (input.optional || facts.named_inputs.count(input.name) != 0) continue;
         report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
                "input " + in_quotes(input.name) + " of stage " + in_quotes(decl.id) + " is not connected",
                "add `inputs: {" + input.name + ": STAGE/PORT}` with an output of type " + input.type +

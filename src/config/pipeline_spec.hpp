@@ -22,7 +22,22 @@ struct SourceLoc {
 enum class Overflow { block, drop_oldest, drop_newest };
 const char* to_string(Overflow overflow);
 
-/// `inputs: {port: stage/port}` entry.
+/// A header field that routes (`key:`) or matches (`join: {key:}`) envelopes.
+enum class KeyField { stream, seq, part_id };
+const char* to_string(KeyField field);
+
+/// `join: {key, timeout_ms}`: the stage gets one envelope per input port with
+/// the same key; a set still incomplete after timeout_ms is delivered flagged
+/// partial, or dropped if the stage declares so. Either way it is counted.
+struct JoinDecl {
+  bool enabled = false;
+  KeyField key = KeyField::seq;
+  int timeout_ms = 1000;
+  SourceLoc loc;
+};
+
+/// `inputs: {port: stage/port}` entry (a port fed by several producers,
+/// `port: [a/out, b/out]`, has one entry per producer).
 struct InputDecl {
   std::string port;        ///< input port of this stage
   std::string from_stage;  ///< producing stage id
@@ -53,7 +68,9 @@ struct StageDecl {
   std::vector<ParamDecl> params;
   std::vector<InputDecl> inputs;
   QueueDecl queue;
-  bool keyed = false;     ///< `key: stream`
+  bool keyed = false;     ///< `key: stream` or `key: part_id`
+  KeyField key = KeyField::stream;  ///< the field keyed edges hash
+  JoinDecl join;
   bool feedback = false;  ///< `feedback: true` allows this stage's inputs to close a cycle
   std::vector<std::string> pin_units;  ///< `placement: {units: [u1]}`: only these units may host it
   bool spread = false;                 ///< `placement: {spread: true}`: one replica per unit if possible

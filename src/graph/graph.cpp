@@ -73,6 +73,7 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
       edge.capacity = consumer.queue.capacity;
       edge.overflow = consumer.queue.overflow;
       edge.keyed = consumer.keyed;
+      edge.key = consumer.key;
       g.nodes[static_cast<std::size_t>(from)].out_edges.push_back(edge.id);
       g.nodes[to].in_edges.push_back(edge.id);
       g.edges.push_back(std::move(edge));
@@ -120,7 +121,7 @@ std::string Graph::to_dot(const std::string& name) const {
                         " -> " + dot_escape(to.spec.inputs()[static_cast<std::size_t>(edge.to_port)].name) +
                         "\\n" + dot_escape(edge.type) + "\\nqueue " + std::to_string(edge.capacity) + ", " +
                         config::to_string(edge.overflow);
-    if (edge.keyed) label += ", keyed by stream";
+    if (edge.keyed) label += std::string(", keyed by ") + config::to_string(edge.key);
     out += "  \"" + dot_escape(from.decl->id) + "\" -> \"" + dot_escape(to.decl->id) + "\" [label=\"" +
            label + "\"" + (edge.feedback ? ", style=dashed" : "") + "];\n";
   }

@@ -33,6 +33,7 @@ struct Edge {
   int capacity = 8;
   config::Overflow overflow = config::Overflow::block;
   bool keyed = false;
+  config::KeyField key = config::KeyField::stream;  ///< what keyed routing hashes
   bool feedback = false;
 };
 

@@ -22,5 +22,6 @@ using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
 
 }  // namespace swarmflow::runtime

@@ -66,18 +66,28 @@ int ack_threshold(int capacity) { return std::max(1, capacity / 2); }
 
 // -- EdgeRouter ---------------------------------------------------------------
 
-EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed)
+EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed, config::KeyField key)
     : capacity_(std::max(1, capacity)),
       overflow_(overflow),
       keyed_(keyed),
+      key_(key),
       ring_(replicas),
       views_(static_cast<std::size_t>(std::max(1, replicas))),
       in_flight_(static_cast<std::size_t>(std::max(1, replicas))) {
   for (auto& v : views_) v.credits = capacity_;
 }
 
+std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
+  switch (key_) {
+    case config::KeyField::part_id: return e.header().part_id;
+    case config::KeyField::seq: return e.header().seq;
+    case config::KeyField::stream: break;
+  }
+  return e.header().stream;
+}
+
 int EdgeRouter::choose(const Envelope& e) {
-  if (keyed_) return ring_.replica_for(e.header().stream);
+  if (keyed_) return ring_.replica_for(key_of(e));
   const int pick = pick_least_delay(views_, capacity_, next_start_);
   if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
   return pick;
@@ -97,7 +107,7 @@ bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
 
 void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait) {
   ++offered_;
-  const int target = keyed_ ? ring_.replica_for(envelope.header().stream) : -1;
+  const int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
   // Envelopes already waiting go first, so that order per consumer is kept.
   if (waiting_.empty()) {
     const int pick = keyed_ ? target : choose(envelope);

@@ -62,7 +62,9 @@ struct Dispatch {
 /// Sent envelopes are kept until the consumer releases them (for replay).
 class EdgeRouter {
  public:
-  EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed);
+  /// `keyed`: each envelope goes to the replica its `key` field hashes to.
+  EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed,
+             config::KeyField key = config::KeyField::stream);
 
   /// Offers a new envelope; appends at most one dispatch. With `may_wait`
   /// false (a live source), a `block` edge drops an envelope without credit
@@ -92,11 +94,13 @@ class EdgeRouter {
     Envelope envelope;
   };
   int choose(const Envelope& e);
+  std::uint64_t key_of(const Envelope& e) const;
   bool try_send(int target, Envelope& e, std::vector<Dispatch>& out);
 
   int capacity_;
   config::Overflow overflow_;
   bool keyed_;
+  config::KeyField key_;
   ConsistentHashRing ring_;
   std::vector<ReplicaView> views_;
   std::vector<std::deque<Envelope>> in_flight_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <unordered_map>
 
 #include "runtime/messages.hpp"
 #include "runtime/routing.hpp"
@@ -26,6 +27,8 @@ constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 /// Most envelopes in one message to a local consumer.
 constexpr std::size_t kMaxBatch = 32;
+/// Most incomplete join sets a replica holds; beyond it the oldest expires early.
+constexpr std::size_t kMaxJoinSets = 1024;
 
 class StageHost final : public StageContext {
  public:
@@ -48,12 +51,17 @@ class StageHost final : public StageContext {
                            run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
       eos_remaining_ += upstream;
     }
+    join_ = n.decl->join;
+    if (join_.enabled) {
+      join_ports_.assign(n.spec.inputs().size(), false);
+      for (int e : n.in_edges) join_ports_[static_cast<std::size_t>(g.edges[static_cast<std::size_t>(e)].to_port)] = true;
+    }
     for (int e : n.out_edges) {
       const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
       const int downstream = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
       out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
       out_.push_back(OutEdge{e, edge.from_port, edge.to_node,
-                             EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed),
+                             EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key),
                              run_->edge_out[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
     }
   }
@@ -98,6 +106,12 @@ class StageHost final : public StageContext {
         },
         [this](stop_atom) {
           if (source_) source_done_ = true;
+          maybe_finish();
+          flush_outbox();
+        },
+        [this](join_atom) {
+          join_tick_scheduled_ = false;
+          expire_joins(steady_now_ns(), false);
           maybe_finish();
           flush_outbox();
         },
@@ -193,7 +207,8 @@ class StageHost final : public StageContext {
   void maybe_finish() {
     if (finished_ || !started_) return;
     const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
-    if (!inputs_done || !queue_.empty() || any_waiting() || backoff_) return;
+    if (inputs_done && !joins_.empty() && !blocked()) expire_joins(0, true);
+    if (!inputs_done || !queue_.empty() || !joins_.empty() || any_waiting() || backoff_) return;
     finish();
   }
 
@@ -253,6 +268,10 @@ class StageHost final : public StageContext {
       if (item.eos) {
         --eos_remaining_;
         flush_acks(in_[static_cast<std::size_t>(item.in)], true);
+      } else if (join_.enabled) {
+        join_insert(item, t);
+        acknowledge(item.in, item.from);
+        --data_queued_;
       } else if (!process_item(item, t)) {
         break;  // failed; retried after the backoff
       } else {
@@ -289,6 +308,133 @@ class StageHost final : public StageContext {
     if (sink_) stats_->record_latency(t1 - item.envelope.header().capture_ns);
     emit_outputs();
     return true;
+  }
+
+  // -- joins --------------------------------------------------------------
+
+  /// Envelopes of one key, one per input port, waiting for the rest.
+  struct JoinSet {
+    std::vector<Envelope> by_port;
+    std::int64_t created_ns = 0;
+  };
+
+  std::uint64_t join_key(const EnvelopeHeader& h) const {
+    switch (join_.key) {
+      case config::KeyField::part_id: return h.part_id;
+      case config::KeyField::stream: return h.stream;
+      case config::KeyField::seq: break;
+    }
+    return h.seq;
+  }
+
+  void join_insert(Item& item, std::int64_t& t) {
+    const std::uint64_t key = join_key(item.envelope.header());
+    auto it = joins_.find(key);
+    if (it == joins_.end()) {
+      if (joins_.size() >= kMaxJoinSets) expire_oldest_join(t);
+      it = joins_.emplace(key, JoinSet{std::vector<Envelope>(join_ports_.size()), t}).first;
+      schedule_join_tick();
+    }
+    const auto port = static_cast<std::size_t>(in_[static_cast<std::size_t>(item.in)].port);
+    JoinSet& set = it->second;
+    if (set.by_port[port].payload()) stats_->counter("join_replaced").fetch_add(1, std::memory_order_relaxed);
+    set.by_port[port] = std::move(item.envelope);
+    for (std::size_t p = 0; p < join_ports_.size(); ++p) {
+      if (join_ports_[p] && !set.by_port[p].payload()) return;
+    }
+    JoinSet done = std::move(set);
+    joins_.erase(it);
+    stats_->counter("join_complete").fetch_add(1, std::memory_order_relaxed);
+    process_joined(done, false, t);
+  }
+
+  /// Sets past their deadline (or all, at the end of the input) are
+  /// delivered flagged partial, or dropped if the stage asked for that.
+  void expire_joins(std::int64_t now, bool all) {
+    const std::int64_t timeout = static_cast<std::int64_t>(join_.timeout_ms) * 1'000'000;
+    std::vector<std::uint64_t> due;
+    for (const auto& [key, set] : joins_) {
+      if (all || now - set.created_ns >= timeout) due.push_back(key);
+    }
+    std::sort(due.begin(), due.end(), [this](std::uint64_t a, std::uint64_t b) {
+      return joins_.at(a).created_ns < joins_.at(b).created_ns;
+    });
+    std::int64_t t = now != 0 ? now : steady_now_ns();
+    for (std::uint64_t key : due) {
+      JoinSet set = std::move(joins_.at(key));
+      joins_.erase(key);
+      expire(set, t);
+    }
+    if (!joins_.empty()) schedule_join_tick();
+  }
+
+  void expire_oldest_join(std::int64_t& t) {
+    auto oldest = joins_.begin();
+    for (auto it = joins_.begin(); it != joins_.end(); ++it) {
+      if (it->second.created_ns < oldest->second.created_ns) oldest = it;
+    }
+    JoinSet set = std::move(oldest->second);
+    joins_.erase(oldest);
+    expire(set, t);
+  }
+
+  void expire(JoinSet& set, std::int64_t& t) {
+    if (spec_.drops_partial_joins()) {
+      stats_->counter("join_dropped").fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    stats_->counter("join_partial").fetch_add(1, std::memory_order_relaxed);
+    process_joined(set, true, t);
+  }
+
+  void schedule_join_tick() {
+    if (join_tick_scheduled_) return;
+    join_tick_scheduled_ = true;
+    const auto period = std::chrono::milliseconds(std::clamp(join_.timeout_ms / 2, 1, 100));
+    self_->delayed_send(self_, period, join_atom::value);
+  }
+
+  /// Runs the stage on a joined set. A set that fails is retried at once
+  /// with a fresh stage, and given up as a dead letter after kMaxAttempts.
+  void process_joined(JoinSet& set, bool partial, std::int64_t& t) {
+    if (failed_) {
+      stats_->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    std::vector<const Envelope*> by_port(set.by_port.size(), nullptr);
+    const Envelope* first = nullptr;
+    for (std::size_t p = 0; p < set.by_port.size(); ++p) {
+      if (!set.by_port[p].payload()) continue;
+      by_port[p] = &set.by_port[p];
+      if (first == nullptr) first = by_port[p];
+    }
+    if (first == nullptr) return;
+    for (int attempt = 1;; ++attempt) {
+      inputs_.reset_joined(&by_port, partial);
+      outputs_.reset(first->header());
+      const std::int64_t t0 = t;
+      Status s = call_process();
+      t = steady_now_ns();
+      if (!s.is_error()) {
+        stats_->processed.fetch_add(1, std::memory_order_relaxed);
+        stats_->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
+        if (sink_) stats_->record_latency(t - first->header().capture_ns);
+        emit_outputs();
+        return;
+      }
+      stats_->errors.fetch_add(1, std::memory_order_relaxed);
+      log("replica " + std::to_string(replica_) + " failed on a joined set: " + s.message());
+      stats_->restarts.fetch_add(1, std::memory_order_relaxed);
+      stop_stage();
+      if (Status r = make_stage(); !r.ok()) {
+        fail_permanently("stage '" + decl().id + "' failed to restart: " + r.message());
+        return;
+      }
+      if (attempt >= kMaxAttempts) {
+        stats_->dead_letters.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
   }
 
   Status call_process() {
@@ -610,6 +756,10 @@ class StageHost final : public StageContext {
   std::deque<Item> queue_;
 
   std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks
+  config::JoinDecl join_;
+  std::vector<bool> join_ports_;  ///< input ports a complete set must have
+  std::unordered_map<std::uint64_t, JoinSet> joins_;
+  bool join_tick_scheduled_ = false;
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;

@@ -178,6 +178,7 @@ void encode_header(const WireHeader& h, flatbuffers::FlatBufferBuilder& builder)
   b.add_capture_ns(h.envelope.capture_ns);
   b.add_confidence(h.envelope.confidence);
   b.add_vote_key(h.envelope.vote_key);
+  b.add_part_id(h.envelope.part_id);
   if (hops > 0) b.add_hop_ns(hop_ns);
   if (!h.payload_id.empty()) b.add_payload_id(payload_id);
   b.add_credits(h.credits);
@@ -224,6 +225,7 @@ std::optional<WireHeader> decode_header(const std::uint8_t* data, std::size_t si
   h.envelope.capture_ns = fb->capture_ns();
   h.envelope.confidence = fb->confidence();
   h.envelope.vote_key = fb->vote_key();
+  h.envelope.part_id = fb->part_id();
   if (hop_ns != nullptr) {
     h.envelope.hop_count = static_cast<std::uint8_t>(hop_ns->size());
     for (flatbuffers::uoffset_t i = 0; i < hop_ns->size(); ++i) h.envelope.hop_ns[i] = hop_ns->Get(i);

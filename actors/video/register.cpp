@@ -1,0 +1,7 @@
+#include "video/video.hpp"
+
+namespace swarmflow {
+
+void register_video_stages(Registry& /*registry*/) {}
+
+}  // namespace swarmflow

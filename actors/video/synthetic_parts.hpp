@@ -1,0 +1,81 @@
+#pragma once
+/// \file synthetic_parts.hpp
+/// A synthetic inspection camera with ground truth: machined plates with round
+/// holes on a moving conveyor, with sensor noise, uneven lighting, surface
+/// texture, slight motion blur and a pose varying within a few degrees, and
+/// seeded defects of four classes (scratch, pit, crack, missing_hole). The
+/// same seed gives the same frames. Used by `video.source` for
+/// `synthetic://parts?...` and by the inspection tests.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace swarmflow::video {
+
+/// One defect as drawn, in pixels of the frame.
+struct DefectTruth {
+  std::string class_name;  ///< scratch | pit | crack | missing_hole
+  float x = 0, y = 0, width = 0, height = 0;
+};
+
+/// One hole as machined (a missing hole has `missing` set and is not drilled).
+struct HoleTruth {
+  double x_mm = 0, y_mm = 0;  ///< centre, in the plate's own frame (origin: plate centre)
+  double diameter_mm = 0;
+  bool missing = false;
+};
+
+/// What frame `index` of a camera shows.
+struct PartTruth {
+  std::uint64_t part_id = 0;  ///< unique per station and part; both cameras of a station share it
+  int station = 0;
+  int camera = 0;
+  std::uint64_t frame_index = 0;
+  double mm_per_px = 0.1;
+  double width_mm = 0, height_mm = 0;  ///< true outer size of the plate
+  double angle_deg = 0;               ///< pose of the plate in the image
+  double centre_x_px = 0, centre_y_px = 0;
+  std::vector<HoleTruth> holes;
+  std::vector<DefectTruth> defects;
+};
+
+/// Parameters of `synthetic://parts?seed=7&station=0&camera=0&...`.
+struct SyntheticPartsConfig {
+  std::uint64_t seed = 7;
+  int width = 1920;
+  int height = 1080;
+  int station = 0;
+  int camera = 0;
+  double mm_per_px = 0.1;     ///< scale at the plate (the documented calibration)
+  double defect_rate = 0.6;   ///< chance that a part has at least one defect
+  double noise_sigma = 3.0;   ///< sensor noise, grey levels
+};
+
+/// Reads `synthetic://parts?key=value&...` into `config` (keys as above);
+/// false with `*error` set for an unknown key or a bad value.
+bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, std::string* error);
+
+/// Renders frames of one synthetic camera.
+class SyntheticParts {
+ public:
+  explicit SyntheticParts(SyntheticPartsConfig config);
+  const SyntheticPartsConfig& config() const { return config_; }
+  /// Renders frame `index` as BGR (3 bytes a pixel, rows `stride` bytes apart)
+  /// into `bgr` and returns what it shows. Deterministic in (seed, station,
+  /// camera, index); the two cameras of a station see the same part at the
+  /// same index, each from its own pose and lighting.
+  PartTruth render(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const;
+
+ private:
+  SyntheticPartsConfig config_;
+};
+
+/// The ground truth as one line of JSON, and back.
+std::string to_json(const PartTruth& truth);
+std::optional<PartTruth> parse_truth(std::string_view json);
+
+}  // namespace swarmflow::video

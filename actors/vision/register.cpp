@@ -1,0 +1,7 @@
+#include "vision/vision.hpp"
+
+namespace swarmflow {
+
+void register_vision_stages(Registry& /*registry*/) {}
+
+}  // namespace swarmflow
