@@ -24,7 +24,7 @@ struct StageReport {
   std::string id;
   std::string type;
   int replicas = 0;
-  bool sink = false;            ///< has no outputs
+  bool sink = false;            ///< feeds no other stage (its latency is end to end)
   std::uint64_t processed = 0;  ///< steps that returned ok
   std::uint64_t errors = 0;     ///< steps that failed or threw
   std::uint64_t restarts = 0;
@@ -44,6 +44,7 @@ struct EdgeReport {
   std::uint64_t dropped = 0;    ///< dropped by the overflow policy or at a live source
   std::uint64_t waiting = 0;    ///< held by the producer for credit now
   std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
+  std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
 };
 
 /// One unit's data plane: what crossed it and what was refused.

@@ -1,5 +1,6 @@
 #include "cli/progress.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -54,18 +55,19 @@ std::string summary_table(const RunReport& r) {
   std::string out;
   out += format("pipeline %s: %s in %.2f s\n", r.pipeline.c_str(), r.ok ? "ok" : "FAILED", r.duration_s);
   if (!r.error.empty()) out += format("  error: %s\n", r.error.c_str());
-  out += format("\n  %-20s %-14s %4s %12s %10s %7s %8s %6s\n", "stage", "type", "rep", "processed", "rate/s",
-                "errors", "restarts", "dead");
+  out += format("\n  %-20s %-24s %4s %12s %10s %10s %7s %8s %6s\n", "stage", "type", "rep", "processed", "rate/s",
+                "per rep/s", "errors", "restarts", "dead");
   for (const auto& s : r.stages) {
-    out += format("  %-20s %-14s %4d %12" PRIu64 " %10.0f %7" PRIu64 " %8" PRIu64 " %6" PRIu64 "\n", s.id.c_str(),
-                  s.type.c_str(), s.replicas, s.processed,
-                  r.duration_s > 0 ? static_cast<double>(s.processed) / r.duration_s : 0.0, s.errors, s.restarts,
-                  s.dead_letters);
+    const double rate = r.duration_s > 0 ? static_cast<double>(s.processed) / r.duration_s : 0.0;
+    out += format("  %-20s %-24s %4d %12" PRIu64 " %10.1f %10.1f %7" PRIu64 " %8" PRIu64 " %6" PRIu64 "\n",
+                  s.id.c_str(), s.type.c_str(), s.replicas, s.processed, rate, rate / std::max(1, s.replicas),
+                  s.errors, s.restarts, s.dead_letters);
   }
-  out += format("\n  %-32s %-32s %10s %10s %9s\n", "edge from", "to", "sent", "delivered", "dropped");
+  out += format("\n  %-32s %-32s %10s %10s %9s  %s\n", "edge from", "to", "sent", "delivered", "dropped", "why");
   for (const auto& e : r.edges) {
-    out += format("  %-32s %-32s %10" PRIu64 " %10" PRIu64 " %9" PRIu64 "\n", e.from.c_str(), e.to.c_str(), e.sent,
-                  e.delivered, e.dropped);
+    const char* why = e.dropped == 0 ? "" : (e.overflow == "block" ? "live source, no credit" : e.overflow.c_str());
+    out += format("  %-32s %-32s %10" PRIu64 " %10" PRIu64 " %9" PRIu64 "  %s\n", e.from.c_str(), e.to.c_str(), e.sent,
+                  e.delivered, e.dropped, why);
   }
   bool header = false;
   for (const auto& s : r.stages) {

@@ -1,6 +1,7 @@
 #include <swarmflow/runtime.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -147,7 +148,7 @@ RunReport build_report(const RunState& run) {
     s.id = node.decl->id;
     s.type = node.decl->type;
     s.replicas = node.decl->replicas;
-    s.sink = node.sink();
+    s.sink = node.out_edges.empty();
     metrics::LatencyHistogram latency;
     for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
       s.processed += stats->processed.load(std::memory_order_relaxed);
@@ -166,6 +167,7 @@ RunReport build_report(const RunState& run) {
     EdgeReport e;
     e.from = g.from_name(edge);
     e.to = g.to_name(edge);
+    e.overflow = config::to_string(edge.overflow);
     for (const auto& side : run.edge_out[static_cast<std::size_t>(edge.id)]) {
       e.sent += side->sent.load(std::memory_order_relaxed);
       e.dropped += side->dropped.load(std::memory_order_relaxed);
@@ -452,11 +454,13 @@ struct Runtime::Impl {
 
   /// A public key as written in the file: Z85, or a .pub file relative to it.
   Status resolve_key(const std::string& value, const std::string& what, std::string* out) const {
+    // A file wins over a literal key: a 40-character path can also be valid Z85.
     std::string path = value;
-    if (!transport::is_z85_key(value) && !value.empty() && value[0] != '/' && !run->spec.file.empty()) {
+    if (!value.empty() && value[0] != '/' && !run->spec.file.empty()) {
       const auto slash = run->spec.file.rfind('/');
       if (slash != std::string::npos) path = run->spec.file.substr(0, slash + 1) + value;
     }
+    if (!std::filesystem::exists(path)) path = value;
     std::string error;
     auto key = transport::read_public_key(path, &error);
     if (!key) return Status::error(what + ": " + error, StatusCode::invalid_argument);
@@ -782,6 +786,10 @@ struct Runtime::Impl {
       if (!local[u]) continue;
       caf_configs[u] = std::make_unique<caf::actor_system_config>();
       caf_configs[u]->set("scheduler.max-threads", static_cast<std::size_t>(thread_count(u)));
+      // Idle workers go straight to the slow poll instead of spinning with
+      // short sleeps, which on small machines took CPU from the transport's
+      // I/O thread (measured with swarmflow_bench_transport).
+      caf_configs[u]->set("work-stealing.moderate-poll-attempts", std::size_t{0});
       systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
     }
     run->actors.assign(run->graph.nodes.size(), {});

@@ -27,8 +27,9 @@ constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 /// Most envelopes in one message to a local consumer.
 constexpr std::size_t kMaxBatch = 32;
-/// Most incomplete join sets a replica holds; beyond it the oldest expires early.
-constexpr std::size_t kMaxJoinSets = 1024;
+/// Incomplete join sets a replica may hold, per credit of its largest input
+/// queue; beyond that the oldest expires early, so memory stays bounded.
+constexpr std::size_t kJoinSetsPerCredit = 4;
 
 class StageHost final : public StageContext {
  public:
@@ -39,7 +40,8 @@ class StageHost final : public StageContext {
     stats_ = run_->replica_stats[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)].get();
     unit_ = run_->unit_of[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)];
     source_ = n.source();
-    sink_ = n.sink();
+    // A stage whose outputs feed nothing ends its envelopes' journey: latency is measured there.
+    sink_ = n.out_edges.empty();
     in_index_.assign(g.edges.size(), -1);
     out_index_.assign(g.edges.size(), -1);
     for (int e : n.in_edges) {
@@ -52,6 +54,7 @@ class StageHost final : public StageContext {
       eos_remaining_ += upstream;
     }
     join_ = n.decl->join;
+    join_limit_ = kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, n.decl->queue.capacity));
     if (join_.enabled) {
       join_ports_.assign(n.spec.inputs().size(), false);
       for (int e : n.in_edges) join_ports_[static_cast<std::size_t>(g.edges[static_cast<std::size_t>(e)].to_port)] = true;
@@ -331,7 +334,7 @@ class StageHost final : public StageContext {
     const std::uint64_t key = join_key(item.envelope.header());
     auto it = joins_.find(key);
     if (it == joins_.end()) {
-      if (joins_.size() >= kMaxJoinSets) expire_oldest_join(t);
+      if (joins_.size() >= join_limit_) expire_oldest_join(t);
       it = joins_.emplace(key, JoinSet{std::vector<Envelope>(join_ports_.size()), t}).first;
       schedule_join_tick();
     }
@@ -760,6 +763,7 @@ class StageHost final : public StageContext {
   std::vector<bool> join_ports_;  ///< input ports a complete set must have
   std::unordered_map<std::uint64_t, JoinSet> joins_;
   bool join_tick_scheduled_ = false;
+  std::size_t join_limit_ = 0;
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;

@@ -365,7 +365,8 @@ std::optional<KeyPair> read_keypair(const std::string& path, std::string* error)
 }
 
 std::optional<std::string> read_public_key(const std::string& path_or_z85, std::string* error) {
-  if (is_z85_key(path_or_z85)) return path_or_z85;
+  // A file wins over a literal key: a 40-character path can also be valid Z85.
+  if (is_z85_key(path_or_z85) && ::access(path_or_z85.c_str(), F_OK) != 0) return path_or_z85;
   std::string text;
   std::string why;
   mode_t mode = 0;

@@ -15,6 +15,7 @@
 #include <swarmflow/schema/envelope_generated.h>
 #include <swarmflow/schema/frame_generated.h>
 #include <swarmflow/schema/tokens_generated.h>
+#include <swarmflow/schema/quality_generated.h>
 #include <swarmflow/schema/vision_generated.h>
 
 namespace swarmflow::transport {
@@ -87,6 +88,8 @@ class TypeTable {
     insert(schema::VisionResultsIdentifier(),
            [](flatbuffers::Verifier& v) { return schema::VerifyVisionResultsBuffer(v); });
     insert(schema::ControlIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyControlBuffer(v); });
+    insert(schema::BatchReportIdentifier(),
+           [](flatbuffers::Verifier& v) { return schema::VerifyBatchReportBuffer(v); });
   }
 
   // A replaced verifier stays alive (in `functions_`), so a pointer that find()
