@@ -218,28 +218,77 @@ RunReport build_report(const RunState& run) {
   return r;
 }
 
-/// Hands a verified inbound message to the local replica it is for.
-void deliver_inbound(RunState& run, int unit, transport::Inbound&& in) {
-  const auto node = static_cast<std::size_t>(in.destination.node);
-  const auto replica = static_cast<std::size_t>(in.destination.replica);
-  if (node >= run.actors.size() || replica >= run.actors[node].size() ||
-      run.unit_of[node][replica] != unit || !run.actors[node][replica]) {
-    return;  // not hosted here; the transport counted it as received, the sender will replay
+/// Hands verified inbound messages to the local replicas they are for. It
+/// lives on one unit's transport thread: envelopes received in one burst go
+/// to each (replica, edge, producer) as one CAF message, as local batches do;
+/// an end-of-stream mark first sends what came before it.
+class InboundBatcher {
+ public:
+  InboundBatcher(std::weak_ptr<RunState> run, int unit) : run_(std::move(run)), unit_(unit) {}
+
+  void add(transport::Inbound&& in) {
+    auto run = run_.lock();
+    if (!run) return;
+    const auto node = static_cast<std::size_t>(in.destination.node);
+    const auto replica = static_cast<std::size_t>(in.destination.replica);
+    if (node >= run->actors.size() || replica >= run->actors[node].size() ||
+        run->unit_of[node][replica] != unit_ || !run->actors[node][replica]) {
+      return;  // not hosted here; the transport counted it as received, the sender will replay
+    }
+    const caf::actor& target = run->actors[node][replica];
+    const auto& h = in.header;
+    switch (in.destination.kind) {
+      case transport::FrameKind::deliver: {
+        Batch& b = batch_for(target, h.edge, h.from_replica);
+        b.envelopes.emplace_back(h.envelope, std::move(in.payload));
+        if (b.envelopes.size() >= kMaxInboundBatch) send(b);
+        break;
+      }
+      case transport::FrameKind::ack:
+        caf::anon_send(target, ack_atom::value, h.edge, h.from_replica, h.credits, h.released, h.service_ns);
+        break;
+      case transport::FrameKind::eos:
+        send(batch_for(target, h.edge, h.from_replica));
+        caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
+        break;
+    }
   }
-  const caf::actor& target = run.actors[node][replica];
-  const auto& h = in.header;
-  switch (in.destination.kind) {
-    case transport::FrameKind::deliver:
-      caf::anon_send(target, deliver_atom::value, h.edge, h.from_replica, Envelope(h.envelope, std::move(in.payload)));
-      break;
-    case transport::FrameKind::ack:
-      caf::anon_send(target, ack_atom::value, h.edge, h.from_replica, h.credits, h.released, h.service_ns);
-      break;
-    case transport::FrameKind::eos:
-      caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
-      break;
+
+  void flush() {
+    for (auto& b : batches_) send(b);
   }
-}
+
+ private:
+  static constexpr std::size_t kMaxInboundBatch = 32;
+  struct Batch {
+    caf::actor target;
+    std::uint32_t edge;
+    std::uint32_t from;
+    std::vector<Envelope> envelopes;
+  };
+
+  Batch& batch_for(const caf::actor& target, std::uint32_t edge, std::uint32_t from) {
+    for (auto& b : batches_) {
+      if (b.target == target && b.edge == edge && b.from == from) return b;
+    }
+    batches_.push_back(Batch{target, edge, from, {}});
+    return batches_.back();
+  }
+
+  static void send(Batch& b) {
+    if (b.envelopes.empty()) return;
+    if (b.envelopes.size() == 1) {
+      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes.front()));
+    } else {
+      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes));
+    }
+    b.envelopes = {};
+  }
+
+  std::weak_ptr<RunState> run_;
+  int unit_;
+  std::vector<Batch> batches_;
+};
 
 template <class T>
 std::vector<std::unique_ptr<T>> make_n(int n) {
@@ -615,11 +664,10 @@ struct Runtime::Impl {
         cfg.coordinator_public_key = coordinator_key;
       }
       std::weak_ptr<runtime::RunState> weak = run;
-      const int unit = static_cast<int>(u);
+      auto inbound = std::make_shared<runtime::InboundBatcher>(weak, static_cast<int>(u));
       auto t = std::make_unique<transport::Transport>(
-          transport::process_context(), cfg, [weak, unit](transport::Inbound&& in) {
-            if (auto r = weak.lock()) runtime::deliver_inbound(*r, unit, std::move(in));
-          });
+          transport::process_context(), cfg, [inbound](transport::Inbound&& in) { inbound->add(std::move(in)); });
+      t->on_burst_end([inbound] { inbound->flush(); });
       if (!options.coordinator) {
         auto side = unit_side;
         t->on_control([weak, side](const schema::Control& c) {

@@ -87,6 +87,7 @@ struct Transport::Impl {
   // -- control plane
   std::unique_ptr<zmq::socket_t> control;
   ControlHandler control_handler;
+  std::function<void()> burst_end;
   std::deque<flatbuffers::DetachedBuffer> control_queue;  // guarded by mutex
   std::atomic<std::uint32_t> epoch{0};
   std::int64_t next_heartbeat_ns = 0;
@@ -252,6 +253,11 @@ struct Transport::Impl {
   /// Reads up to kReceiveBatch messages from `socket`. ROUTER messages start
   /// with the sender's routing id.
   void receive(zmq::socket_t& socket, bool from_router) {
+    receive_burst(socket, from_router);
+    if (burst_end) burst_end();
+  }
+
+  void receive_burst(zmq::socket_t& socket, bool from_router) {
     for (int n = 0; n < kReceiveBatch; ++n) {
       std::array<zmq::message_t, kMaxFrames + 1> frames;
       std::size_t count = 0;
@@ -429,6 +435,8 @@ void Transport::stop() {
 std::string Transport::bound_endpoint() const { return impl_->bound; }
 
 void Transport::on_control(ControlHandler handler) { impl_->control_handler = std::move(handler); }
+
+void Transport::on_burst_end(std::function<void()> done) { impl_->burst_end = std::move(done); }
 
 void Transport::set_epoch(std::uint32_t epoch) { impl_->epoch.store(epoch); }
 

@@ -97,6 +97,9 @@ class Transport {
   Status start();
   /// Where control messages from the coordinator go; set before start.
   void on_control(ControlHandler handler);
+  /// Called on the transport thread after each burst of inbound messages
+  /// (so the handler can pass them on in batches); set before start.
+  void on_burst_end(std::function<void()> done);
   /// Queues a control message for the coordinator. Thread-safe.
   void send_control(flatbuffers::DetachedBuffer message);
   /// The placement epoch heartbeats carry.
