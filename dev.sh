@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # swarmflow's two quick-start commands:
-#   ./dev.sh main   install what is missing, build, run the main pipeline on the embedded default
+#   ./dev.sh main   install what is missing, build, run the main job (the inspection example)
+#                   on the embedded default; its files go to build/out/
 #   ./dev.sh test   install what is missing, build, run the whole test suite
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,6 +24,13 @@ shift || true
 case "$cmd" in
   main)
     build
+    mkdir -p "$build_dir/out"
+    cd "$build_dir/out"
+    echo "swarmflow: running pipelines/inspection.yaml; files go to $build_dir/out" >&2
+    exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/inspection.yaml" --report inspection-report.json "$@"
+    ;;
+  quickstart)
+    build
     exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/quickstart.yaml" "$@"
     ;;
   test)
@@ -33,7 +41,7 @@ case "$cmd" in
     build "$@"
     ;;
   *)
-    echo "usage: ./dev.sh main|test|build" >&2
+    echo "usage: ./dev.sh main|test|build|quickstart" >&2
     exit 2
     ;;
 esac

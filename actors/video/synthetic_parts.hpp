@@ -5,10 +5,12 @@
 /// texture, slight motion blur and a pose varying within a few degrees, and
 /// seeded defects of four classes (scratch, pit, crack, missing_hole). The
 /// same seed gives the same frames. Used by `video.source` for
-/// `synthetic://parts?...` and by the inspection tests.
+/// `synthetic://parts?...` and by the inspection tests. docs/inspection.md
+/// describes what is rendered and the bounds on defect size and contrast.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +22,7 @@ namespace swarmflow::video {
 struct DefectTruth {
   std::string class_name;  ///< scratch | pit | crack | missing_hole
   float x = 0, y = 0, width = 0, height = 0;
+  float contrast = 0;  ///< grey levels against the metal before lighting (negative = darker); 0 for missing_hole
 };
 
 /// One hole as machined (a missing hole has `missing` set and is not drilled).
@@ -35,15 +38,37 @@ struct PartTruth {
   int station = 0;
   int camera = 0;
   std::uint64_t frame_index = 0;
+  std::string variant;  ///< name of the part variant (see `synthetic_part_variants`)
   double mm_per_px = 0.1;
   double width_mm = 0, height_mm = 0;  ///< true outer size of the plate
   double angle_deg = 0;               ///< pose of the plate in the image
   double centre_x_px = 0, centre_y_px = 0;
-  std::vector<HoleTruth> holes;
+  std::vector<HoleTruth> holes;  ///< in the order of the variant's drawing
   std::vector<DefectTruth> defects;
 };
 
-/// Parameters of `synthetic://parts?seed=7&station=0&camera=0&...`.
+/// The drawing of one part variant: nominal outer size and hole pattern, in mm,
+/// in the plate's own frame (origin at the plate centre, x along the long side,
+/// y downwards in the image when the part lies unrotated).
+struct PartVariant {
+  struct Hole {
+    double x_mm, y_mm, diameter_mm;
+  };
+  std::string name;
+  double width_mm, height_mm;
+  std::vector<Hole> holes;
+};
+
+/// The variants the synthetic camera machines, each as likely as the others.
+const std::vector<PartVariant>& synthetic_part_variants();
+
+/// The part id a station gives its `index`-th part: (station + 1) * 1'000'000 + index.
+std::uint64_t synthetic_part_id(int station, std::uint64_t index);
+
+/// Parameters of `synthetic://parts?seed=7&station=0&camera=0&...`. The
+/// field of view is width x height x mm_per_px (192 x 108 mm by default);
+/// the plates (up to 130 x 85 mm) need about 140 x 100 mm of it, so a smaller
+/// frame needs a larger mm_per_px (960x540 at 0.2, 640x360 at 0.3).
 struct SyntheticPartsConfig {
   std::uint64_t seed = 7;
   int width = 1920;
@@ -59,19 +84,32 @@ struct SyntheticPartsConfig {
 /// false with `*error` set for an unknown key or a bad value.
 bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, std::string* error);
 
-/// Renders frames of one synthetic camera.
+/// Renders frames of one synthetic camera. Construction precomputes the
+/// camera's textures, lighting and noise (50-200 ms); `render` is then cheap
+/// (a few milliseconds at 1080p) and only reads that state, so one instance
+/// may render on several threads at once.
 class SyntheticParts {
  public:
   explicit SyntheticParts(SyntheticPartsConfig config);
+  ~SyntheticParts();
+  SyntheticParts(SyntheticParts&&) noexcept;
+  SyntheticParts& operator=(SyntheticParts&&) noexcept;
+  SyntheticParts(const SyntheticParts&) = delete;
+  SyntheticParts& operator=(const SyntheticParts&) = delete;
+
   const SyntheticPartsConfig& config() const { return config_; }
   /// Renders frame `index` as BGR (3 bytes a pixel, rows `stride` bytes apart)
   /// into `bgr` and returns what it shows. Deterministic in (seed, station,
   /// camera, index); the two cameras of a station see the same part at the
   /// same index, each from its own pose and lighting.
   PartTruth render(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const;
+  /// What frame `index` shows, without rendering it.
+  PartTruth truth(std::uint64_t index) const;
 
  private:
+  struct Precomputed;
   SyntheticPartsConfig config_;
+  std::unique_ptr<Precomputed> pre_;
 };
 
 /// The ground truth as one line of JSON, and back.

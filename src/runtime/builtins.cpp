@@ -1,5 +1,6 @@
 #include <swarmflow/registry.hpp>
 
+#include "inspection/batch_quality.hpp"
 #include "inspection/inspection.hpp"
 #include "io/io.hpp"
 #include "sim/sim.hpp"
@@ -14,6 +15,7 @@ void register_builtin_stages(Registry& registry) {
   register_video_stages(registry);
   register_vision_stages(registry);
   register_inspection_stages(registry);
+  inspection::register_batch_quality(registry);
 }
 
 }  // namespace swarmflow

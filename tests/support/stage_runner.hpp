@@ -18,7 +18,7 @@ class StageRunner final : public StageContext {
  public:
   /// Runs `stage` (already constructed) and calls its setup.
   explicit StageRunner(std::unique_ptr<Stage> stage, std::string id = "stage")
-      : stage_(std::move(stage)), id_(std::move(id)) {
+      : id_(std::move(id)), stage_(std::move(stage)) {
     stage_->setup(spec_);
   }
   /// Instantiates `type` from `registry`.
@@ -100,7 +100,6 @@ class StageRunner final : public StageContext {
     return s;
   }
 
-  std::unique_ptr<Stage> stage_;
   std::string id_;
   StageSpec spec_;
   std::map<std::string, std::vector<Envelope>> outputs_;
@@ -110,6 +109,9 @@ class StageRunner final : public StageContext {
   bool stop_requested_ = false;
   bool live_ = false;
   int replica_ = 0;
+  // Last, so that it is destroyed first: a stage may use its counters (or
+  // run threads that do) until it is gone.
+  std::unique_ptr<Stage> stage_;
 };
 
 }  // namespace swarmflow::testing

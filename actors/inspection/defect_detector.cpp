@@ -1,0 +1,110 @@
+#include "inspection/defect_detector.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "inspection/frame_image.hpp"
+
+namespace swarmflow::inspection {
+
+void DefectDetector::setup(StageSpec& s) {
+  frames_ = s.input<schema::Frame>("frames", "camera frames of plates on the conveyor");
+  results_ = s.output<schema::VisionResults>("results", "the defects found in each frame");
+  DefectFinderParams& p = params_;
+  s.param(p.mm_per_px, "mm_per_px", "scale at the plate, mm per pixel (calibration)", 0.1, {0.005, 10.0});
+  s.param(p.k_low, "k_low", "hysteresis low threshold, in robust noise sigmas", 3.0, {1.0, 20.0});
+  s.param(p.k_high, "k_high", "hysteresis high threshold, in robust noise sigmas", 5.5, {1.0, 50.0});
+  s.param(p.min_contrast, "min_contrast", "floor of the low threshold, percent of the local grey level", 3.0,
+          {0.0, 100.0});
+  s.param(p.edge_margin_mm, "edge_margin_mm", "band along the plate's edges that is not inspected, mm", 1.5,
+          {0.0, 50.0});
+  s.param(p.hole_margin_mm, "hole_margin_mm", "ring around holes that is not inspected, mm", 1.0, {0.0, 50.0});
+  s.param(p.background_mm, "background_mm", "window of the illumination (background) estimate, mm", 4.0, {0.5, 100.0});
+  s.param(p.join_mm, "join_mm", "pieces closer than this are one defect, mm", 0.6, {0.0, 10.0});
+  s.param(p.bridge_mm, "bridge_mm", "strokes that continue one another across a gap up to this are one defect, mm", 3.0,
+          {0.0, 50.0});
+  s.param(p.min_pit_px, "min_pit_px", "smallest pit, pixels across", 3.0, {1.0, 100.0});
+  s.param(p.max_pit_mm, "max_pit_mm", "largest pit, mm across", 3.0, {0.1, 50.0});
+  s.param(p.min_pit_sigmas, "min_pit_sigmas", "contrast of a pit's darkest point, noise sigmas", 9.0, {1.0, 1000.0});
+  s.param(p.min_scratch_mm, "min_scratch_mm", "shortest scratch, mm", 5.0, {0.0, 500.0});
+  s.param(p.min_crack_mm, "min_crack_mm", "shortest crack end to end, mm", 2.5, {0.0, 500.0});
+  s.param(p.min_elongation, "min_elongation", "length over thickness of a scratch or crack", 4.0, {1.0, 1000.0});
+  s.param(p.min_scratch_sigmas, "min_scratch_sigmas", "mean contrast of a scratch, noise sigmas", 4.3, {0.0, 1000.0});
+  s.param(p.min_crack_sigmas, "min_crack_sigmas", "mean contrast of a crack, noise sigmas", 4.5, {0.0, 1000.0});
+  s.param(p.crack_coherence, "crack_coherence",
+          "strokes whose gradient orientations agree less than this (0..1) are cracks, not scratches", 0.65,
+          {0.0, 1.0});
+  s.param(p.crack_jaggedness, "crack_jaggedness",
+          "strokes whose centre line strays more than this from a straight line (px RMS) are cracks", 1.2,
+          {0.0, 100.0});
+  s.param(p.check_holes, "check_holes", "report holes of the part's drawing that were not drilled", true);
+  s.param(p.drawing_tolerance_mm, "drawing_tolerance_mm",
+          "how far the plate's measured size may be from a drawing's to be that part, mm", 3.0, {0.0, 100.0});
+  s.param(min_score_, "min_score", "drop findings less confident than this", 0.0, {0.0, 1.0});
+}
+
+Status DefectDetector::start(StageContext& ctx) {
+  if (params_.k_high < params_.k_low) {
+    return Status::error("inspection.defects: k_high must not be below k_low", StatusCode::invalid_argument);
+  }
+  params_.keep_rejected = false;
+  frames_seen_ = &ctx.counter("frames");
+  defects_found_ = &ctx.counter("defects");
+  no_plate_ = &ctx.counter("no_plate");
+  bad_frames_ = &ctx.counter("bad_frames");
+  return {};
+}
+
+Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) {
+  const schema::Frame* frame = in.get(frames_);
+  const Envelope* envelope = in.envelope(frames_);
+  if (frame == nullptr || envelope == nullptr) return {};
+  std::string error;
+  const cv::Mat grey = grey_image(*frame, grey_, &error);
+  if (grey.empty()) {
+    bad_frames_->fetch_add(1, std::memory_order_relaxed);
+    return Status::error("inspection.defects: " + error, StatusCode::invalid_argument);
+  }
+  frames_seen_->fetch_add(1, std::memory_order_relaxed);
+
+  const DefectFinding finding = find_defects(grey, params_);
+  if (!finding.plate.found) no_plate_->fetch_add(1, std::memory_order_relaxed);
+
+  EnvelopeHeader header = envelope->header();
+  int station = -1;
+  std::uint64_t truth_part = 0;
+  read_truth_ids(frame->ground_truth(), &station, &truth_part);
+  if (header.part_id == 0) header.part_id = truth_part;
+  if (station_of_part(header.part_id) >= 0) station = station_of_part(header.part_id);
+
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  std::vector<flatbuffers::Offset<schema::Defect>> defects;
+  float lowest = 1.0F;
+  for (const auto& d : finding.defects) {
+    if (d.score < min_score_) continue;
+    const schema::Box box(d.box.x, d.box.y, d.box.width, d.box.height);
+    defects.push_back(schema::CreateDefect(fbb, fbb.CreateString(d.class_name), &box, d.score));
+    lowest = std::min(lowest, d.score);
+  }
+  defects_found_->fetch_add(static_cast<std::int64_t>(defects.size()), std::memory_order_relaxed);
+  flatbuffers::Offset<flatbuffers::String> camera, truth;
+  if (frame->camera_id() != nullptr) camera = fbb.CreateString(frame->camera_id());
+  if (frame->ground_truth() != nullptr) truth = fbb.CreateString(frame->ground_truth());
+  const auto defect_vector = fbb.CreateVector(defects);
+  schema::VisionResultsBuilder b(fbb);
+  if (!camera.IsNull()) b.add_camera_id(camera);
+  b.add_frame_index(frame->frame_index());
+  b.add_part_id(header.part_id);
+  b.add_defects(defect_vector);
+  b.add_partial(false);
+  b.add_station(station);
+  if (!truth.IsNull()) b.add_ground_truth(truth);
+  fbb.Finish(b.Finish(), schema::VisionResultsIdentifier());
+  // The confidence of a verdict "defective" is that of its least sure finding.
+  header.confidence = defects.empty() ? 1.0F : lowest;
+  out.emit(results_, Payload::from_builder(fbb), header);
+  return {};
+}
+
+}  // namespace swarmflow::inspection

@@ -1,0 +1,107 @@
+#pragma once
+/// \file defect_detector.hpp
+/// inspection.defects — finds surface defects on machined plates with
+/// classical image processing (OpenCV, no learned model).
+///
+/// Input `frames` (swarmflow.schema.Frame): BGR, RGB, BGRA, GRAY8 or NV12 (luma).
+/// Output `results` (swarmflow.schema.VisionResults): one per frame, with
+///   camera_id and frame_index of the frame, part_id (also set in the envelope
+///   header when the frame's header had none and its ground truth names one),
+///   station (from the part id, see below), one Defect per finding
+///   {class_name: scratch | pit | crack | missing_hole, box in pixels, score
+///   0..1}, no measurements, partial = false, and the frame's ground_truth
+///   copied unchanged (for evaluation downstream; never used to decide).
+///
+/// Method (defect_finder.hpp has the details): plate segmentation (Otsu,
+/// largest contour, holes as round inner contours); illumination normalised
+/// by a masked background mean over `background_mm` in two passes (the second
+/// without the first's outliers); relative residual thresholded with
+/// hysteresis at k_low / k_high robust noise sigmas, dark and bright apart;
+/// pieces within `join_mm` joined, collinear strokes across gaps up to
+/// `bridge_mm` joined (faint pieces that only pass k_low included); regions
+/// classified by length, elongation,
+/// orientation coherence, jaggedness and contrast; missing holes by placing
+/// the drawing's holes (part_drawings.hpp, chosen by the plate's measured
+/// size) with the plate's pose and checking for metal where a hole should be.
+///
+/// Parameters (name, default, range):
+///   mm_per_px            0.1   [0.005, 10]  scale at the plate (calibration)
+///   k_low                3.0   [1, 20]      hysteresis low threshold, noise sigmas
+///   k_high               5.5   [1, 50]      hysteresis high threshold, noise sigmas
+///   min_contrast         3.0   [0, 100]     floor of the low threshold, % of the local level
+///   edge_margin_mm       1.5   [0, 50]      band along the plate's edges not inspected
+///   hole_margin_mm       1.0   [0, 50]      ring around holes not inspected
+///   background_mm        4.0   [0.5, 100]   window of the background estimate
+///   join_mm              0.6   [0, 10]      pieces closer than this are one defect
+///   bridge_mm            3.0   [0, 50]      collinear strokes across a gap up to this are one defect
+///   min_pit_px           3.0   [1, 100]     smallest pit, px across
+///   max_pit_mm           3.0   [0.1, 50]    largest pit, mm across
+///   min_pit_sigmas       9.0   [1, 1000]    a pit's darkest point, noise sigmas
+///   min_scratch_mm       5.0   [0, 500]     shortest scratch
+///   min_crack_mm         2.5   [0, 500]     shortest crack (end to end)
+///   min_elongation       4.0   [1, 1000]    length over thickness of a scratch or crack
+///   min_scratch_sigmas   4.3   [0, 1000]    a scratch's mean contrast, noise sigmas
+///   min_crack_sigmas     4.5   [0, 1000]    a crack's mean contrast, noise sigmas
+///   crack_coherence      0.65  [0, 1]       strokes whose gradient orientations agree less are cracks
+///   crack_jaggedness     1.2   [0, 100]     strokes whose centre line strays more (px RMS) are cracks
+///   check_holes          true               report drawn holes that were not drilled
+///   drawing_tolerance_mm 3.0   [0, 100]     how far the plate's size may be from a drawing's
+///   min_score            0.0   [0, 1]       drop findings less confident than this
+/// Counters: `frames`, `defects`, `no_plate` (frames where no plate was
+/// found), `bad_frames` (malformed frames, which fail the step).
+///
+/// Assumptions: one bright, matte-to-brushed metal plate per frame on a darker
+/// background (a conveyor belt), wholly in view, long side within 45 degrees
+/// of the image's x axis; lighting smooth over the plate (gradients and
+/// vignetting of tens of percent are normalised away, hot spots and specular
+/// glints are not); the scale `mm_per_px` is known; defects lie at least
+/// `edge_margin_mm` from the plate's edges and `hole_margin_mm` from holes;
+/// the part is one of part_drawings() for missing holes to be found (other
+/// parts are still inspected for surface defects). Defaults are tuned for the
+/// synthetic camera at 0.1-0.2 mm/px (docs/inspection.md gives the figures).
+/// Part ids follow the synthetic camera's convention (station + 1) *
+/// 1'000'000 + index, from which the station is read; otherwise the ground
+/// truth's `station`, otherwise -1.
+///
+/// ```yaml
+/// stages:
+///   - id: camera
+///     type: video.source
+///     params: {uri: "synthetic://parts?seed=7&station=0&camera=0", width: 1920, height: 1080, fps: 30}
+///   - id: detect
+///     type: inspection.defects
+///     replicas: {min: 2, max: 8}
+///     inputs: {frames: camera/frames}
+///     queue: {capacity: 4, overflow: drop_oldest}
+///     params: {mm_per_px: 0.1, k_high: 5.5}
+/// ```
+
+#include <opencv2/core.hpp>
+
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/vision_generated.h>
+#include <swarmflow/stage.hpp>
+
+#include "inspection/defect_finder.hpp"
+
+namespace swarmflow::inspection {
+
+class DefectDetector final : public Stage {
+ public:
+  void setup(StageSpec& s) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  InputPort<schema::Frame> frames_;
+  OutputPort<schema::VisionResults> results_;
+  DefectFinderParams params_;
+  double min_score_ = 0;
+  cv::Mat grey_;  ///< reused conversion buffer
+  std::atomic<std::int64_t>* frames_seen_ = nullptr;
+  std::atomic<std::int64_t>* defects_found_ = nullptr;
+  std::atomic<std::int64_t>* no_plate_ = nullptr;
+  std::atomic<std::int64_t>* bad_frames_ = nullptr;
+};
+
+}  // namespace swarmflow::inspection

@@ -1,0 +1,494 @@
+#include "inspection/defect_finder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <opencv2/imgproc.hpp>
+
+#include "inspection/part_drawings.hpp"
+
+namespace swarmflow::inspection {
+
+namespace {
+
+/// The shape of one connected region of the defect masks.
+struct Region {
+  std::vector<cv::Point> pixels;  ///< in the frame
+  std::vector<float> values;      ///< |residual| of each pixel, noise sigmas
+  float peak = 0;                 ///< largest |residual| in the region, noise sigmas
+  double mean = 0;                ///< mean |residual| in the region, noise sigmas
+  bool dark = true;
+  bool strong = true;  ///< reaches the high threshold (weak pieces only extend strong strokes)
+  // measured by measure()
+  double length = 0, thickness = 0, elongation = 0, jaggedness = 0, coherence = 0;
+  cv::Point2d centre, axis;
+  cv::Rect box;
+};
+
+/// The part of `r` at least half as strong as its peak: for a pit, its
+/// body without the faint fringe that noise adds at the low threshold.
+Region core_of(const Region& r) {
+  Region core;
+  for (std::size_t i = 0; i < r.pixels.size(); ++i) {
+    if (r.values[i] >= 0.5F * r.peak) {
+      core.pixels.push_back(r.pixels[i]);
+      core.values.push_back(r.values[i]);
+    }
+  }
+  core.peak = r.peak;
+  core.dark = r.dark;
+  return core;
+}
+
+void measure(Region& r) {
+  const auto n = static_cast<double>(r.pixels.size());
+  cv::Point2d m(0, 0);
+  for (const auto& p : r.pixels) m += cv::Point2d(p);
+  m *= 1.0 / n;
+  double sxx = 0, syy = 0, sxy = 0;
+  for (const auto& p : r.pixels) {
+    const double dx = p.x - m.x, dy = p.y - m.y;
+    sxx += dx * dx;
+    syy += dy * dy;
+    sxy += dx * dy;
+  }
+  const double theta = 0.5 * std::atan2(2 * sxy, sxx - syy);
+  const cv::Point2d e1(std::cos(theta), std::sin(theta)), e2(-e1.y, e1.x);
+  double lo = 1e18, hi = -1e18;
+  for (const auto& p : r.pixels) {
+    const double a = (cv::Point2d(p) - m).dot(e1);
+    lo = std::min(lo, a);
+    hi = std::max(hi, a);
+  }
+  r.centre = m;
+  r.axis = e1;
+  r.length = hi - lo + 1;
+  r.thickness = n / r.length;
+  r.elongation = r.length / r.thickness;
+  r.box = cv::boundingRect(r.pixels);
+
+  // Jaggedness: the stroke's centre line, bin by bin along the axis, about
+  // the straight line that fits it best.
+  const int bins = std::clamp(static_cast<int>(r.length / 3.0), 1, 64);
+  std::vector<double> sum(static_cast<std::size_t>(bins), 0.0), count(static_cast<std::size_t>(bins), 0.0);
+  for (const auto& p : r.pixels) {
+    const cv::Point2d d = cv::Point2d(p) - m;
+    const auto b =
+        static_cast<std::size_t>(std::clamp(static_cast<int>((d.dot(e1) - lo) / r.length * bins), 0, bins - 1));
+    sum[b] += d.dot(e2);
+    count[b] += 1;
+  }
+  std::vector<cv::Point2d> centre_line;
+  for (int b = 0; b < bins; ++b) {
+    const auto i = static_cast<std::size_t>(b);
+    if (count[i] > 0) centre_line.emplace_back(b, sum[i] / count[i]);
+  }
+  if (centre_line.size() < 3) {
+    r.jaggedness = 0;
+    return;
+  }
+  double sx = 0, sy = 0, sxx2 = 0, sxy2 = 0;
+  for (const auto& q : centre_line) {
+    sx += q.x;
+    sy += q.y;
+    sxx2 += q.x * q.x;
+    sxy2 += q.x * q.y;
+  }
+  const auto k = static_cast<double>(centre_line.size());
+  const double denom = k * sxx2 - sx * sx;
+  const double slope = denom != 0 ? (k * sxy2 - sx * sy) / denom : 0;
+  const double icpt = (sy - slope * sx) / k;
+  double ss = 0;
+  for (const auto& q : centre_line) ss += std::pow(q.y - (icpt + slope * q.x), 2);
+  r.jaggedness = std::sqrt(ss / k);
+}
+
+/// Regions of one polarity: connected pieces of `candidates` (CV_8U, where
+/// |residual| passes the low threshold) that reach `high` somewhere, with
+/// pieces closer than `join_px` joined into one region. Pieces that stay
+/// below `high` but are stroke-like (at least `min_weak_px` long) are added
+/// as weak regions, which bridge_collinear may append to a strong stroke.
+std::vector<Region> hysteresis_regions(const cv::Mat& candidates, const cv::Mat& residual, float high, float sigma,
+                                       bool dark, cv::Point offset, int join_px, int min_weak_px,
+                                       std::vector<Region>* weak) {
+  cv::Mat labels, stats, centroids;
+  const int n = cv::connectedComponentsWithStats(candidates, labels, stats, centroids, 8, CV_32S);
+  std::vector<Region> pieces;
+  for (int id = 1; id < n; ++id) {
+    const cv::Rect box(stats.at<int>(id, cv::CC_STAT_LEFT), stats.at<int>(id, cv::CC_STAT_TOP),
+                       stats.at<int>(id, cv::CC_STAT_WIDTH), stats.at<int>(id, cv::CC_STAT_HEIGHT));
+    float peak = 0;
+    for (int y = box.y; y < box.y + box.height; ++y) {
+      const auto* l = labels.ptr<std::int32_t>(y);
+      const auto* s = residual.ptr<float>(y);
+      for (int x = box.x; x < box.x + box.width; ++x) {
+        if (l[x] == id) peak = std::max(peak, std::abs(s[x]));
+      }
+    }
+    const bool strong = peak >= high;
+    if (!strong && std::max(box.width, box.height) < min_weak_px) continue;
+    Region r;
+    r.dark = dark;
+    r.strong = strong;
+    r.box = box + offset;
+    for (int y = box.y; y < box.y + box.height; ++y) {
+      const auto* l = labels.ptr<std::int32_t>(y);
+      const auto* s = residual.ptr<float>(y);
+      for (int x = box.x; x < box.x + box.width; ++x) {
+        if (l[x] != id) continue;
+        r.pixels.emplace_back(x + offset.x, y + offset.y);
+        r.values.push_back(std::abs(s[x]) / sigma);
+      }
+    }
+    if (strong) {
+      pieces.push_back(std::move(r));
+    } else {
+      for (float v : r.values) {
+        r.peak = std::max(r.peak, v);
+        r.mean += v;
+      }
+      r.mean /= static_cast<double>(r.values.size());
+      measure(r);
+      if (r.elongation >= 3.0) weak->push_back(std::move(r));
+    }
+  }
+
+  // Join pieces closer than join_px (a stroke broken where it is faint):
+  // union-find over pairs whose grown boxes meet and whose pixels come close.
+  std::vector<std::size_t> parent(pieces.size());
+  std::iota(parent.begin(), parent.end(), std::size_t{0});
+  auto root = [&](std::size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  const int join2 = join_px * join_px;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const cv::Rect grown(pieces[i].box.x - join_px, pieces[i].box.y - join_px, pieces[i].box.width + 2 * join_px,
+                         pieces[i].box.height + 2 * join_px);
+    for (std::size_t j = i + 1; j < pieces.size(); ++j) {
+      if ((grown & pieces[j].box).area() == 0 || root(i) == root(j)) continue;
+      bool near = false;
+      const cv::Rect reach(pieces[j].box.x - join_px, pieces[j].box.y - join_px, pieces[j].box.width + 2 * join_px,
+                           pieces[j].box.height + 2 * join_px);
+      for (const auto& a : pieces[i].pixels) {
+        if (!reach.contains(a)) continue;
+        for (const auto& b : pieces[j].pixels) {
+          const cv::Point d = a - b;
+          if (d.x * d.x + d.y * d.y <= join2) {
+            near = true;
+            break;
+          }
+        }
+        if (near) break;
+      }
+      if (near) parent[root(i)] = root(j);
+    }
+  }
+  std::vector<Region> regions;
+  std::vector<int> slot(pieces.size(), -1);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::size_t r = root(i);
+    if (slot[r] < 0) {
+      slot[r] = static_cast<int>(regions.size());
+      regions.emplace_back();
+      regions.back().dark = dark;
+    }
+    Region& region = regions[static_cast<std::size_t>(slot[r])];
+    region.pixels.insert(region.pixels.end(), pieces[i].pixels.begin(), pieces[i].pixels.end());
+    region.values.insert(region.values.end(), pieces[i].values.begin(), pieces[i].values.end());
+  }
+  for (auto& r : regions) {
+    for (float v : r.values) {
+      r.peak = std::max(r.peak, v);
+      r.mean += v;
+    }
+    r.mean /= static_cast<double>(std::max<std::size_t>(1, r.values.size()));
+  }
+  return regions;
+}
+
+/// The two ends of a stroke-like region along its axis.
+std::pair<cv::Point2d, cv::Point2d> ends_of(const Region& r) {
+  const cv::Point2d half = r.axis * ((r.length - 1) / 2);
+  return {r.centre - half, r.centre + half};
+}
+
+double distance_to_line(cv::Point2d p, const Region& r) {
+  const cv::Point2d d = p - r.centre;
+  return std::abs(d.x * r.axis.y - d.y * r.axis.x);
+}
+
+/// Joins strokes that continue one another across a gap of up to `gap_px`
+/// (a faint scratch breaks into pieces that lie on one line): same polarity,
+/// axes within 8 degrees, each piece's ends within 2 px (+3 % of the gap)
+/// of the other's line, at least one of them strong. Regions are measured
+/// again after a join; weak regions left on their own are dropped.
+void bridge_collinear(std::vector<Region>& regions, double gap_px) {
+  constexpr double kMinPiece = 6.0;    ///< px; shorter pieces have no reliable axis
+  constexpr double kCosAngle = 0.990;  ///< cos 8 degrees
+  bool joined = true;
+  while (joined) {
+    joined = false;
+    for (std::size_t i = 0; i < regions.size() && !joined; ++i) {
+      Region& a = regions[i];
+      if (a.pixels.size() < 3 || a.length < kMinPiece || a.elongation < 3.0) continue;
+      for (std::size_t j = i + 1; j < regions.size() && !joined; ++j) {
+        Region& b = regions[j];
+        if (b.pixels.size() < 3 || b.dark != a.dark || b.length < kMinPiece || b.elongation < 3.0) continue;
+        if (!a.strong && !b.strong) continue;
+        if (std::abs(a.axis.dot(b.axis)) < kCosAngle) continue;
+        const auto [a0, a1] = ends_of(a);
+        const auto [b0, b1] = ends_of(b);
+        double gap = 1e18;
+        for (const auto& pa : {a0, a1}) {
+          for (const auto& pb : {b0, b1}) gap = std::min(gap, cv::norm(pa - pb));
+        }
+        // The pieces must not overlap along the line, only continue it.
+        const double span = cv::norm((a.centre - b.centre));
+        if (gap > gap_px || span < (a.length + b.length) / 2 - 2) continue;
+        const double slack = 2.0 + 0.03 * gap;
+        if (distance_to_line(b0, a) > slack || distance_to_line(b1, a) > slack || distance_to_line(a0, b) > slack ||
+            distance_to_line(a1, b) > slack) {
+          continue;
+        }
+        a.pixels.insert(a.pixels.end(), b.pixels.begin(), b.pixels.end());
+        a.values.insert(a.values.end(), b.values.begin(), b.values.end());
+        a.peak = std::max(a.peak, b.peak);
+        a.strong = true;
+        a.mean = 0;
+        for (float v : a.values) a.mean += v;
+        a.mean /= static_cast<double>(a.values.size());
+        measure(a);
+        regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(j));
+        joined = true;
+      }
+    }
+  }
+  regions.erase(std::remove_if(regions.begin(), regions.end(), [](const Region& r) { return !r.strong; }),
+                regions.end());
+}
+
+/// How much the grey-level gradients over a region agree in orientation
+/// (1 = all along one direction, as across a straight stroke; 0 = every
+/// direction, as along a zig-zag or in noise): the anisotropy of the
+/// structure tensor summed over the region.
+double orientation_coherence(const cv::Mat& g, cv::Point g_origin, const Region& r) {
+  const cv::Rect area =
+      cv::Rect(r.box.x - g_origin.x - 2, r.box.y - g_origin.y - 2, r.box.width + 4, r.box.height + 4) &
+      cv::Rect(0, 0, g.cols, g.rows);
+  if (area.width < 3 || area.height < 3) return 0;
+  cv::Mat gx, gy;
+  cv::Sobel(g(area), gx, CV_32F, 1, 0, 3);
+  cv::Sobel(g(area), gy, CV_32F, 0, 1, 3);
+  double jxx = 0, jyy = 0, jxy = 0;
+  for (const auto& p : r.pixels) {
+    const int x = p.x - g_origin.x - area.x, y = p.y - g_origin.y - area.y;
+    if (x < 0 || y < 0 || x >= area.width || y >= area.height) continue;
+    const double dx = gx.at<float>(y, x), dy = gy.at<float>(y, x);
+    jxx += dx * dx;
+    jyy += dy * dy;
+    jxy += dx * dy;
+  }
+  const double sum = jxx + jyy;
+  return sum > 0 ? std::sqrt((jxx - jyy) * (jxx - jyy) + 4 * jxy * jxy) / sum : 0;
+}
+
+constexpr int kReduce = 4;     ///< the background is estimated on a copy reduced this much
+constexpr int kMinWeakPx = 6;  ///< shortest weak piece kept for bridging
+
+/// The weighted mean of `small` over a `window`, where `weight` (CV_32F,
+/// same grid) is 1 for pixels that count and 0 for the rest. Where the window
+/// holds too little weight, `fallback` (if given) is used.
+cv::Mat masked_mean(const cv::Mat& small, const cv::Mat& weight, int window, const cv::Mat& fallback) {
+  cv::Mat sum, total;
+  cv::blur(small.mul(weight), sum, cv::Size(window, window));
+  cv::blur(weight, total, cv::Size(window, window));
+  const cv::Mat thin = total < 0.1F;
+  cv::max(total, 1e-3, total);
+  cv::divide(sum, total, sum);
+  if (!fallback.empty()) fallback.copyTo(sum, thin);
+  return sum;
+}
+
+/// 1.4826 x the median of |values| over `mask` (every `step`-th pixel), or 0.
+float robust_sigma(const cv::Mat& values, const cv::Mat& mask, int step) {
+  std::vector<float> spread;
+  spread.reserve(values.total() / static_cast<std::size_t>(step * step) + 1);
+  for (int y = 0; y < values.rows; y += step) {
+    const auto* m = mask.ptr<std::uint8_t>(y);
+    const auto* r = values.ptr<float>(y);
+    for (int x = 0; x < values.cols; x += step) {
+      if (m[x] != 0) spread.push_back(std::abs(r[x]));
+    }
+  }
+  if (spread.size() < 50) return 0;
+  std::nth_element(spread.begin(), spread.begin() + static_cast<std::ptrdiff_t>(spread.size() / 2), spread.end());
+  return std::max(1.4826F * spread[spread.size() / 2], 0.05F);
+}
+
+float score_from(double peak_sigmas, double k_high) {
+  return static_cast<float>(std::clamp(0.5 + 0.49 * (1.0 - std::exp(-(peak_sigmas - k_high) / 3.0)), 0.05, 0.99));
+}
+
+/// Drawn holes with no hole found near them, where the image shows metal.
+void find_missing_holes(const cv::Mat& grey, const PlateView& plate, const DefectFinderParams& p,
+                        std::vector<FoundDefect>* out) {
+  const double px_per_mm = 1.0 / p.mm_per_px;
+  const PartDrawing* drawing =
+      nearest_drawing(plate.width_px * p.mm_per_px, plate.height_px * p.mm_per_px, p.drawing_tolerance_mm);
+  if (drawing == nullptr) return;
+  for (const auto& nominal : drawing->holes) {
+    const cv::Point2d c = plate.to_image(nominal.x_mm * px_per_mm, nominal.y_mm * px_per_mm);
+    const double r = nominal.diameter_mm / 2 * px_per_mm;
+    const bool drilled = std::any_of(plate.holes.begin(), plate.holes.end(), [&](const HoleBlob& h) {
+      return std::hypot(h.centre.x - c.x, h.centre.y - c.y) < 0.5 * r;
+    });
+    if (drilled) continue;
+    // What the image shows where the hole should be: metal, or the belt?
+    const cv::Rect disc = cv::Rect(static_cast<int>(c.x - 0.6 * r), static_cast<int>(c.y - 0.6 * r),
+                                   static_cast<int>(1.2 * r) + 1, static_cast<int>(1.2 * r) + 1) &
+                          cv::Rect(0, 0, grey.cols, grey.rows);
+    if (disc.area() <= 0) continue;
+    int inside = 0, metal = 0;
+    for (int y = disc.y; y < disc.y + disc.height; ++y) {
+      const auto* row = grey.ptr<std::uint8_t>(y);
+      for (int x = disc.x; x < disc.x + disc.width; ++x) {
+        if (std::hypot(x - c.x, y - c.y) > 0.6 * r) continue;
+        ++inside;
+        metal += row[x] > plate.threshold ? 1 : 0;
+      }
+    }
+    const double fill = inside > 0 ? static_cast<double>(metal) / inside : 0.0;
+    if (fill < 0.6) continue;
+    out->push_back(FoundDefect{"missing_hole",
+                               cv::Rect2f(static_cast<float>(c.x - r), static_cast<float>(c.y - r),
+                                          static_cast<float>(2 * r), static_cast<float>(2 * r)),
+                               static_cast<float>(std::clamp(fill, 0.5, 0.99)), RegionFeatures{}});
+  }
+}
+
+}  // namespace
+
+DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
+  DefectFinding out;
+  const double px_per_mm = 1.0 / p.mm_per_px;
+  out.plate = find_plate(grey, 4.0 * px_per_mm);
+  if (!out.plate.found) return out;
+  const PlateView& plate = out.plate;
+  cv::Rect roi = plate.bounds & cv::Rect(0, 0, grey.cols, grey.rows);
+  // Whole multiples of kReduce make the reduction an exact box average (the
+  // few pixels cut lie in the edge band that is not inspected anyway).
+  roi.width -= roi.width % kReduce;
+  roi.height -= roi.height % kReduce;
+  if (roi.width < 4 * kReduce || roi.height < 4 * kReduce) return out;
+
+  // -- the surface to inspect ------------------------------------------------------
+  cv::Mat mask = cv::Mat::zeros(roi.size(), CV_8U);
+  {
+    const double margin = p.edge_margin_mm * px_per_mm;
+    const double hw = plate.width_px / 2 - margin, hh = plate.height_px / 2 - margin;
+    if (hw <= 0 || hh <= 0) return out;
+    std::vector<cv::Point> corners;
+    for (const auto& [u, v] : {std::pair{-hw, -hh}, std::pair{hw, -hh}, std::pair{hw, hh}, std::pair{-hw, hh}}) {
+      const cv::Point2d c = plate.to_image(u, v);
+      corners.emplace_back(static_cast<int>(std::lround(c.x)) - roi.x, static_cast<int>(std::lround(c.y)) - roi.y);
+    }
+    cv::fillConvexPoly(mask, corners, cv::Scalar(255));
+    for (const auto& h : plate.holes) {
+      cv::circle(mask,
+                 cv::Point(static_cast<int>(std::lround(h.centre.x)) - roi.x,
+                           static_cast<int>(std::lround(h.centre.y)) - roi.y),
+                 static_cast<int>(std::ceil(h.radius_px + p.hole_margin_mm * px_per_mm)), cv::Scalar(0), cv::FILLED);
+    }
+  }
+
+  // -- illumination normalisation ----------------------------------------------------
+  // The background is the masked mean over `background_mm`, estimated on a
+  // copy reduced kReduce times. A first pass finds what stands out at that
+  // scale (pits, cracks); the second leaves it out, so that a dark defect does
+  // not darken the background around it (which would make a bright halo).
+  cv::Mat g;
+  cv::GaussianBlur(grey(roi), g, cv::Size(3, 3), 0.7);
+  const cv::Size small_size(roi.width / kReduce, roi.height / kReduce);
+  cv::Mat small_g, small_mask, inside;
+  cv::resize(g, small_g, small_size, 0, 0, cv::INTER_AREA);
+  small_g.convertTo(small_g, CV_32F);
+  cv::resize(mask, small_mask, small_size, 0, 0, cv::INTER_AREA);
+  inside = small_mask == 255;
+  cv::Mat weight;
+  inside.convertTo(weight, CV_32F, 1.0 / 255);
+  const int window = std::max(3, static_cast<int>(std::lround(p.background_mm * px_per_mm / kReduce)) | 1);
+  const cv::Mat first = masked_mean(small_g, weight, window, cv::Mat());
+  {
+    cv::Mat small_residual;
+    cv::divide(small_g - first, cv::max(first, 1.0), small_residual, 100.0);
+    const float small_sigma = robust_sigma(small_residual, inside, 1);
+    cv::Mat outliers = cv::abs(small_residual) > static_cast<float>(p.k_low) * small_sigma;
+    cv::dilate(outliers, outliers, cv::Mat());
+    weight.setTo(0, outliers);
+  }
+  cv::Mat background;
+  cv::resize(masked_mean(small_g, weight, window, first), background, roi.size(), 0, 0, cv::INTER_LINEAR);
+  cv::max(background, 1.0, background);
+  cv::Mat residual;  // percent of the local level
+  cv::subtract(g, background, residual, cv::noArray(), CV_32F);
+  cv::divide(residual, background, residual, 100.0);
+
+  // -- hysteresis thresholds on the robust noise level ---------------------------------
+  const float sigma = robust_sigma(residual, mask, 3);
+  if (sigma <= 0) return out;
+  out.noise_sigma = sigma;
+  const float low = std::max(static_cast<float>(p.k_low) * sigma, static_cast<float>(p.min_contrast));
+  const float high = std::max(static_cast<float>(p.k_high) * sigma, low);
+  const int join_px = std::max(1, static_cast<int>(std::lround(p.join_mm * px_per_mm)));
+  std::vector<Region> regions;
+  for (const bool dark : {true, false}) {
+    const cv::Mat candidates = (dark ? (residual < -low) : (residual > low)) & mask;
+    std::vector<Region> weak;
+    auto found = hysteresis_regions(candidates, residual, high, sigma, dark, roi.tl(), join_px, kMinWeakPx, &weak);
+    for (auto& r : found) {
+      if (r.pixels.size() >= 3) measure(r);
+      regions.push_back(std::move(r));
+    }
+    for (auto& r : weak) regions.push_back(std::move(r));
+  }
+  bridge_collinear(regions, p.bridge_mm * px_per_mm);
+
+  // -- classification -----------------------------------------------------------------
+  const double max_pit = p.max_pit_mm * px_per_mm + 2;
+  for (auto& r : regions) {
+    if (r.pixels.size() < 3) continue;
+    r.coherence = orientation_coherence(g, roi.tl(), r);
+    std::string cls;
+    // A pit first: its core (the part at least half as dark as its darkest
+    // point) is small and compact, even when the low threshold lets a fringe
+    // of noise or texture run off it.
+    if (r.dark && r.peak >= p.min_pit_sigmas && r.length <= 2 * max_pit) {
+      Region core = core_of(r);
+      if (core.pixels.size() >= 3) {
+        measure(core);
+        if (core.elongation < 3.0 && core.length <= max_pit &&
+            std::sqrt(static_cast<double>(core.pixels.size())) >= p.min_pit_px * 0.8) {
+          cls = "pit";
+        }
+      }
+    }
+    if (cls.empty() && r.elongation >= p.min_elongation) {
+      const bool straight = r.coherence >= p.crack_coherence && r.jaggedness <= p.crack_jaggedness;
+      if (straight && r.length >= p.min_scratch_mm * px_per_mm && r.mean >= p.min_scratch_sigmas) {
+        cls = "scratch";
+      } else if (!straight && r.dark && r.length >= p.min_crack_mm * px_per_mm && r.mean >= p.min_crack_sigmas) {
+        cls = "crack";
+      }
+    }
+    if (cls.empty() && !p.keep_rejected) continue;
+    out.defects.push_back(FoundDefect{
+        cls, cv::Rect2f(cv::Rect2d(r.box)), score_from(r.peak, p.k_high),
+        RegionFeatures{r.length, r.thickness, r.elongation, r.jaggedness, r.coherence, r.peak, r.mean, r.dark}});
+  }
+
+  if (p.check_holes) find_missing_holes(grey, plate, p, &out.defects);
+  return out;
+}
+
+}  // namespace swarmflow::inspection

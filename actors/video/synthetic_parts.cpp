@@ -1,0 +1,865 @@
+#include "video/synthetic_parts.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <stdexcept>
+
+namespace swarmflow::video {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// -- deterministic randomness --------------------------------------------------
+// splitmix64: the same numbers on every platform, unlike std:: distributions.
+
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t hash_of(std::initializer_list<std::uint64_t> values) {
+  std::uint64_t h = 0x5eed5eed12345678ULL;
+  for (std::uint64_t v : values) h = mix64(h ^ mix64(v));
+  return h;
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return mix64(state_);
+  }
+  /// Uniform in [0, 1).
+  double unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
+  bool chance(double p) { return unit() < p; }
+  /// Uniform integer in [lo, hi].
+  int range(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<std::uint64_t>(hi - lo + 1)); }
+  double sign() { return chance(0.5) ? 1.0 : -1.0; }
+
+ private:
+  std::uint64_t state_;
+};
+
+// Tags that keep the random streams of different purposes apart.
+enum class Stream : std::uint64_t { part = 1, pose = 2, belt = 3, metal = 4, noise = 5, light = 6 };
+
+// -- the part as machined, in its own frame (mm) -----------------------------
+
+struct DefectShape {
+  std::string class_name;
+  std::vector<cv::Point2d> points;  ///< scratch: 2 ends; crack: polyline; pit: centre
+  std::vector<double> depth;        ///< scratch, crack: contrast factor of each stretch, 0.7..1
+  struct Blob {
+    double dx, dy, size;  ///< offset and size relative to the pit's main diameters
+  };
+  std::vector<Blob> satellites;  ///< pit: smaller blobs merged into it
+  double width_mm = 0;           ///< stroke width, or the pit's diameter
+  double aspect = 1;             ///< pit: length over width
+  double angle = 0;              ///< pit: orientation, radians
+  double contrast = 0;           ///< grey levels against the metal (negative = darker)
+  int hole = -1;                 ///< missing_hole: which hole of the drawing
+};
+
+struct PartPlan {
+  const PartVariant* variant = nullptr;
+  double width_mm = 0, height_mm = 0;
+  std::vector<HoleTruth> holes;
+  std::vector<DefectShape> defects;
+  double metal_level = 165;  ///< mean reflectance of the metal, grey levels
+  int texture_u = 0, texture_v = 0;
+};
+
+struct Pose {
+  double angle = 0;  ///< radians
+  double cx = 0, cy = 0;
+  double gain = 1;
+  double blur_px = 0;  ///< length of the motion blur beyond one pixel
+  int belt_offset = 0;
+  int noise_x = 0, noise_y = 0;
+};
+
+// Rendering floors and placement margins (documented in docs/inspection.md).
+constexpr double kMinStrokePx = 1.0;
+constexpr double kMinPitPx = 4.0;
+constexpr double kEdgeMarginMm = 3.0;
+constexpr double kHoleMarginMm = 2.5;
+constexpr double kDefectGapMm = 3.0;
+
+double point_segment_distance(cv::Point2d p, cv::Point2d a, cv::Point2d b) {
+  const cv::Point2d ab = b - a;
+  const double len2 = ab.dot(ab);
+  double t = len2 > 0 ? (p - a).dot(ab) / len2 : 0.0;
+  t = std::clamp(t, 0.0, 1.0);
+  const cv::Point2d q = a + t * ab;
+  return std::hypot(p.x - q.x, p.y - q.y);
+}
+
+cv::Rect2d extent_mm(const DefectShape& d) {
+  double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
+  for (const auto& p : d.points) {
+    x0 = std::min(x0, p.x);
+    y0 = std::min(y0, p.y);
+    x1 = std::max(x1, p.x);
+    y1 = std::max(y1, p.y);
+  }
+  const double r = d.class_name == "pit" ? d.width_mm * d.aspect / 2 : d.width_mm / 2;
+  return {x0 - r, y0 - r, x1 - x0 + 2 * r, y1 - y0 + 2 * r};
+}
+
+bool fits(const DefectShape& d, const PartPlan& plan) {
+  const cv::Rect2d e = extent_mm(d);
+  const double hw = plan.width_mm / 2 - kEdgeMarginMm, hh = plan.height_mm / 2 - kEdgeMarginMm;
+  if (e.x < -hw || e.y < -hh || e.x + e.width > hw || e.y + e.height > hh) return false;
+  for (const auto& h : plan.holes) {
+    const cv::Point2d c(h.x_mm, h.y_mm);
+    const double keep = h.diameter_mm / 2 + kHoleMarginMm + d.width_mm * d.aspect / 2;
+    if (d.points.size() == 1) {
+      if (std::hypot(c.x - d.points[0].x, c.y - d.points[0].y) < keep) return false;
+    } else {
+      for (std::size_t i = 0; i + 1 < d.points.size(); ++i) {
+        if (point_segment_distance(c, d.points[i], d.points[i + 1]) < keep) return false;
+      }
+    }
+  }
+  for (const auto& other : plan.defects) {
+    if (other.class_name == "missing_hole") continue;
+    const cv::Rect2d o = extent_mm(other);
+    const cv::Rect2d grown(o.x - kDefectGapMm, o.y - kDefectGapMm, o.width + 2 * kDefectGapMm,
+                           o.height + 2 * kDefectGapMm);
+    if ((grown & e).area() > 0) return false;
+  }
+  return true;
+}
+
+DefectShape random_surface_defect(const std::string& cls, const PartPlan& plan, Rng& rng) {
+  DefectShape d;
+  d.class_name = cls;
+  const cv::Point2d start(rng.uniform(-plan.width_mm / 2, plan.width_mm / 2),
+                          rng.uniform(-plan.height_mm / 2, plan.height_mm / 2));
+  if (cls == "scratch") {
+    const double length = rng.uniform(8.0, 30.0);
+    const double theta = rng.uniform(0, kPi);
+    d.points = {start, start + length * cv::Point2d(std::cos(theta), std::sin(theta))};
+    d.width_mm = rng.uniform(0.1, 0.3);
+    d.contrast = rng.sign() * rng.uniform(20.0, 60.0);
+    // Deepest in the middle, fading towards both ends, unevenly.
+    constexpr int kStretches = 10;
+    for (int i = 0; i < kStretches; ++i) {
+      const double t = (i + 0.5) / kStretches;
+      d.depth.push_back(std::clamp(0.7 + 0.3 * std::sin(kPi * t) + rng.uniform(-0.1, 0.1), 0.7, 1.0));
+    }
+  } else if (cls == "crack") {
+    const int segments = rng.range(6, 14);
+    const double theta0 = rng.uniform(0, 2 * kPi);
+    double side = rng.sign();
+    d.points = {start};
+    // A zig-zag about a wandering main direction.
+    double heading = theta0;
+    for (int i = 0; i < segments; ++i) {
+      heading += rng.uniform(-10.0, 10.0) * kPi / 180.0;
+      const double turn = side * rng.uniform(30.0, 65.0) * kPi / 180.0;
+      const double len = rng.uniform(0.7, 1.6);
+      d.points.push_back(d.points.back() + len * cv::Point2d(std::cos(heading + turn), std::sin(heading + turn)));
+      d.depth.push_back(rng.uniform(0.7, 1.0));
+      side = -side;
+    }
+    d.width_mm = rng.uniform(0.1, 0.2);
+    d.contrast = -rng.uniform(30.0, 75.0);
+  } else {
+    d.points = {start};
+    d.width_mm = rng.uniform(0.4, 1.2);
+    d.aspect = rng.uniform(1.0, 1.4);
+    d.angle = rng.uniform(0, kPi);
+    d.contrast = -rng.uniform(20.0, 90.0);
+    // Up to two smaller blobs merged into the pit make its outline irregular.
+    const int satellites = rng.range(0, 2);
+    for (int i = 0; i < satellites; ++i) {
+      const double a = rng.uniform(0, 2 * kPi), r = rng.uniform(0.15, 0.3);
+      d.satellites.push_back(DefectShape::Blob{r * std::cos(a), r * std::sin(a), rng.uniform(0.45, 0.6)});
+    }
+  }
+  return d;
+}
+
+PartPlan plan_part(const SyntheticPartsConfig& cfg, std::uint64_t index) {
+  Rng rng(hash_of({cfg.seed, static_cast<std::uint64_t>(cfg.station), index, std::uint64_t(Stream::part)}));
+  const auto& variants = synthetic_part_variants();
+  PartPlan plan;
+  plan.variant = &variants[static_cast<std::size_t>(rng.range(0, static_cast<int>(variants.size()) - 1))];
+  plan.width_mm = plan.variant->width_mm + rng.uniform(-0.3, 0.3);
+  plan.height_mm = plan.variant->height_mm + rng.uniform(-0.3, 0.3);
+  for (const auto& h : plan.variant->holes) {
+    plan.holes.push_back(HoleTruth{h.x_mm + rng.uniform(-0.05, 0.05), h.y_mm + rng.uniform(-0.05, 0.05),
+                                   h.diameter_mm + rng.uniform(-0.15, 0.15), false});
+  }
+  plan.metal_level = rng.uniform(150.0, 178.0);
+  plan.texture_u = rng.range(0, 199);
+  plan.texture_v = rng.range(0, 199);
+
+  if (!rng.chance(cfg.defect_rate)) return plan;
+  int count = 1;
+  if (rng.chance(0.45)) ++count;
+  if (rng.chance(0.2)) ++count;
+  static const std::array<const char*, 4> kClasses = {"scratch", "pit", "crack", "missing_hole"};
+  for (int i = 0; i < count; ++i) {
+    std::string cls = kClasses[static_cast<std::size_t>(rng.range(0, 3))];
+    const bool has_missing =
+        std::any_of(plan.holes.begin(), plan.holes.end(), [](const HoleTruth& h) { return h.missing; });
+    if (cls == "missing_hole") {
+      if (has_missing) continue;
+      DefectShape d;
+      d.class_name = cls;
+      d.hole = rng.range(0, static_cast<int>(plan.holes.size()) - 1);
+      plan.holes[static_cast<std::size_t>(d.hole)].missing = true;
+      plan.defects.push_back(d);
+      continue;
+    }
+    for (int attempt = 0; attempt < 60; ++attempt) {
+      DefectShape d = random_surface_defect(cls, plan, rng);
+      if (fits(d, plan)) {
+        plan.defects.push_back(std::move(d));
+        break;
+      }
+    }
+  }
+  return plan;
+}
+
+Pose plan_pose(const SyntheticPartsConfig& cfg, std::uint64_t index) {
+  Rng rng(hash_of({cfg.seed, static_cast<std::uint64_t>(cfg.station), static_cast<std::uint64_t>(cfg.camera), index,
+                   std::uint64_t(Stream::pose)}));
+  Pose p;
+  const double s = cfg.mm_per_px;
+  p.angle = rng.uniform(-4.0, 4.0) * kPi / 180.0;
+  // The conveyor carries the part a little further at each trigger; the
+  // trigger jitter adds a few millimetres more.
+  const double drift_mm = 3.0 * std::sin(static_cast<double>(index) * 0.7);
+  p.cx = cfg.width / 2.0 + (drift_mm + rng.uniform(-2.0, 2.0)) / s;
+  p.cy = cfg.height / 2.0 + rng.uniform(-2.5, 2.5) / s;
+  p.gain = rng.uniform(0.95, 1.05);
+  p.blur_px = rng.uniform(0.0, 0.15) / s;
+  p.belt_offset = rng.range(0, 511);
+  p.noise_x = rng.range(0, 511);
+  p.noise_y = rng.range(0, 511);
+  return p;
+}
+
+// -- from the part's frame to pixels -------------------------------------------
+
+struct Placement {
+  double cx, cy, c, s, scale;  ///< scale: px per mm
+  cv::Point2d px(cv::Point2d mm) const {
+    return {cx + (mm.x * c - mm.y * s) * scale, cy + (mm.x * s + mm.y * c) * scale};
+  }
+};
+
+struct PixelDefect {
+  std::size_t shape;  ///< index into PartPlan::defects
+  std::vector<cv::Point2d> points;
+  double width_px;   ///< stroke, or the pit's minor diameter
+  double length_px;  ///< the pit's major diameter
+  double angle;      ///< the pit's orientation in the image
+  cv::Rect2d box;
+};
+
+PixelDefect to_pixels(std::size_t index, const Placement& pl, double rotation, const PartPlan& plan) {
+  const DefectShape& d = plan.defects[index];
+  PixelDefect out{index, {}, 0, 0, 0, {}};
+  if (d.class_name == "missing_hole") {
+    const auto& h = plan.holes[static_cast<std::size_t>(d.hole)];
+    const cv::Point2d c = pl.px({h.x_mm, h.y_mm});
+    const double r = h.diameter_mm / 2 * pl.scale;
+    out.points = {c};
+    out.box = {c.x - r, c.y - r, 2 * r, 2 * r};
+    return out;
+  }
+  for (const auto& p : d.points) out.points.push_back(pl.px(p));
+  if (d.class_name == "pit") {
+    out.width_px = std::max(d.width_mm * pl.scale, kMinPitPx);
+    out.length_px = out.width_px * d.aspect;
+    out.angle = d.angle + rotation;
+    const double hx = std::hypot(out.length_px * std::cos(out.angle), out.width_px * std::sin(out.angle)) / 2;
+    const double hy = std::hypot(out.length_px * std::sin(out.angle), out.width_px * std::cos(out.angle)) / 2;
+    const double ca = std::cos(out.angle), sa = std::sin(out.angle);
+    cv::Rect2d box(out.points[0].x - hx, out.points[0].y - hy, 2 * hx, 2 * hy);
+    for (const auto& b : d.satellites) {
+      const cv::Point2d c =
+          out.points[0] + cv::Point2d((b.dx * ca - b.dy * sa) * out.length_px, (b.dx * sa + b.dy * ca) * out.length_px);
+      box |= cv::Rect2d(c.x - b.size * hx, c.y - b.size * hy, 2 * b.size * hx, 2 * b.size * hy);
+    }
+    out.box = box;
+    return out;
+  }
+  out.width_px = std::max(d.width_mm * pl.scale, kMinStrokePx);
+  double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
+  for (const auto& p : out.points) {
+    x0 = std::min(x0, p.x);
+    y0 = std::min(y0, p.y);
+    x1 = std::max(x1, p.x);
+    y1 = std::max(y1, p.y);
+  }
+  const double r = out.width_px / 2;
+  out.box = {x0 - r, y0 - r, x1 - x0 + 2 * r, y1 - y0 + 2 * r};
+  return out;
+}
+
+struct FramePlan {
+  PartPlan part;
+  Pose pose;
+  Placement placement;
+  std::vector<PixelDefect> defects;
+  PartTruth truth;
+};
+
+FramePlan plan_frame(const SyntheticPartsConfig& cfg, std::uint64_t index) {
+  FramePlan f;
+  f.part = plan_part(cfg, index);
+  f.pose = plan_pose(cfg, index);
+  f.placement = {f.pose.cx, f.pose.cy, std::cos(f.pose.angle), std::sin(f.pose.angle), 1.0 / cfg.mm_per_px};
+  PartTruth& t = f.truth;
+  t.part_id = synthetic_part_id(cfg.station, index);
+  t.station = cfg.station;
+  t.camera = cfg.camera;
+  t.frame_index = index;
+  t.variant = f.part.variant->name;
+  t.mm_per_px = cfg.mm_per_px;
+  t.width_mm = f.part.width_mm;
+  t.height_mm = f.part.height_mm;
+  t.angle_deg = f.pose.angle * 180.0 / kPi;
+  t.centre_x_px = f.pose.cx;
+  t.centre_y_px = f.pose.cy;
+  t.holes = f.part.holes;
+  const cv::Rect2d frame(0, 0, cfg.width, cfg.height);
+  for (std::size_t i = 0; i < f.part.defects.size(); ++i) {
+    const DefectShape& d = f.part.defects[i];
+    PixelDefect p = to_pixels(i, f.placement, f.pose.angle, f.part);
+    const cv::Rect2d box = p.box & frame;
+    if (box.area() <= 0) continue;
+    t.defects.push_back(DefectTruth{d.class_name, static_cast<float>(box.x), static_cast<float>(box.y),
+                                    static_cast<float>(box.width), static_cast<float>(box.height),
+                                    static_cast<float>(d.contrast)});
+    f.defects.push_back(std::move(p));
+  }
+  return f;
+}
+
+/// A box filter of length 1 + `extra` pixels as 5 symmetric taps.
+std::array<float, 5> motion_kernel(double extra) {
+  const double half = std::min(0.5 + extra / 2, 2.5);
+  std::array<float, 5> k{};
+  double sum = 0;
+  for (int i = -2; i <= 2; ++i) {
+    const double lo = std::max(i - 0.5, -half), hi = std::min(i + 0.5, half);
+    const double w = std::max(0.0, hi - lo);
+    k[static_cast<std::size_t>(i + 2)] = static_cast<float>(w);
+    sum += w;
+  }
+  for (auto& w : k) w = static_cast<float>(w / sum);
+  return k;
+}
+
+}  // namespace
+
+// -- the catalogue ---------------------------------------------------------------
+
+const std::vector<PartVariant>& synthetic_part_variants() {
+  static const std::vector<PartVariant> variants = {
+      {"plate_120x80_4h", 120.0, 80.0, {{-45, -25, 12}, {45, -25, 12}, {-45, 25, 12}, {45, 25, 12}}},
+      {"plate_100x70_6h",
+       100.0,
+       70.0,
+       {{-35, -22, 10}, {0, -22, 10}, {35, -22, 10}, {-35, 22, 10}, {0, 22, 10}, {35, 22, 10}}},
+      {"plate_130x85_5h", 130.0, 85.0, {{-52, -30, 8}, {52, -30, 8}, {-52, 30, 8}, {52, 30, 8}, {0, 0, 16}}},
+      {"plate_110x60_4h", 110.0, 60.0, {{-40, 0, 14}, {40, 0, 14}, {0, -17, 9}, {0, 17, 9}}},
+  };
+  return variants;
+}
+
+std::uint64_t synthetic_part_id(int station, std::uint64_t index) {
+  return static_cast<std::uint64_t>(station + 1) * 1'000'000ULL + index;
+}
+
+// -- the precomputed state of one camera --------------------------------------
+
+struct SyntheticParts::Precomputed {
+  cv::Mat belt;                  ///< CV_8U, height x (width + kBeltPeriod), periodic along x
+  cv::Mat metal;                 ///< CV_8S, deviations of the metal's reflectance, in the part's frame
+  cv::Mat noise_up, noise_down;  ///< CV_8U, kNoiseRows x (width + kNoiseCols): max(n, 0) and max(-n, 0)
+  cv::Mat light;                 ///< CV_8U, the lighting over the frame, 255 at its brightest
+  double light_max = 1;          ///< the lighting that 255 stands for
+  static constexpr int kBeltPeriod = 512;
+  static constexpr int kNoiseRows = 512;
+  static constexpr int kNoiseCols = 512;
+};
+
+namespace {
+
+cv::Mat wrap_blur(const cv::Mat& src, double sigma_x, double sigma_y) {
+  const int bx = static_cast<int>(std::ceil(3 * sigma_x)) + 1, by = static_cast<int>(std::ceil(3 * sigma_y)) + 1;
+  cv::Mat padded, blurred;
+  cv::copyMakeBorder(src, padded, by, by, bx, bx, cv::BORDER_WRAP);
+  cv::GaussianBlur(padded, blurred, cv::Size(0, 0), sigma_x, sigma_y, cv::BORDER_REFLECT);
+  return blurred(cv::Rect(bx, by, src.cols, src.rows)).clone();
+}
+
+/// Rescales `m` (CV_32F) to zero mean and standard deviation `sigma`.
+void normalise(cv::Mat& m, double sigma) {
+  cv::Scalar mean, sd;
+  cv::meanStdDev(m, mean, sd);
+  m = (m - mean[0]) * (sigma / std::max(sd[0], 1e-9));
+}
+
+}  // namespace
+
+SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), pre_(std::make_unique<Precomputed>()) {
+  if (config_.width < 16 || config_.height < 16) throw std::invalid_argument("synthetic parts: frame too small");
+  if (!(config_.mm_per_px > 0)) throw std::invalid_argument("synthetic parts: mm_per_px must be positive");
+  const int w = config_.width, h = config_.height;
+  const auto station = static_cast<std::uint64_t>(config_.station);
+  const auto camera = static_cast<std::uint64_t>(config_.camera);
+  const double px_per_mm = 1.0 / config_.mm_per_px;
+
+  // The belt: a dark woven rubber, periodic along the direction of travel.
+  {
+    cv::RNG rng(hash_of({config_.seed, station, camera, std::uint64_t(Stream::belt)}));
+    const int period = Precomputed::kBeltPeriod;
+    cv::Mat fine(h, period, CV_32F), coarse(h, period, CV_32F);
+    rng.fill(fine, cv::RNG::NORMAL, 0.0, 1.0);
+    rng.fill(coarse, cv::RNG::NORMAL, 0.0, 1.0);
+    fine = wrap_blur(fine, 0.7, 0.7);
+    coarse = wrap_blur(coarse, 6.0, 3.0);
+    normalise(fine, 2.5);
+    normalise(coarse, 3.0);
+    const double level = rng.uniform(38.0, 50.0);
+    // A weave of about 0.8 x 0.6 mm, a whole number of times in the tile so it repeats seamlessly.
+    const double weaves = std::max(1.0, std::round(period * config_.mm_per_px / 0.8));
+    const double weave_x = 2 * kPi * weaves / period, weave_y = 2 * kPi / 0.6 * config_.mm_per_px;
+    cv::Mat tile(h, period, CV_8U);
+    for (int y = 0; y < h; ++y) {
+      const float* f = fine.ptr<float>(y);
+      const float* c = coarse.ptr<float>(y);
+      auto* t = tile.ptr<std::uint8_t>(y);
+      for (int x = 0; x < period; ++x) {
+        const double weave = 2.0 * std::sin(weave_x * x) * std::sin(weave_y * y);
+        t[x] = cv::saturate_cast<std::uint8_t>(level + f[x] + c[x] + weave);
+      }
+    }
+    cv::Mat belt(h, w + period, CV_8U);
+    for (int x0 = 0; x0 < belt.cols; x0 += period) {
+      const int n = std::min(period, belt.cols - x0);
+      tile(cv::Rect(0, 0, n, h)).copyTo(belt(cv::Rect(x0, 0, n, h)));
+    }
+    pre_->belt = belt;
+  }
+
+  // The metal: brushed streaks along the plate's long side, fine grain and
+  // soft blotches, shared by both cameras of a station (same plates).
+  {
+    cv::RNG rng(hash_of({config_.seed, station, std::uint64_t(Stream::metal)}));
+    const int tw = static_cast<int>(std::ceil(140.0 * px_per_mm)) + 256;
+    const int th = static_cast<int>(std::ceil(95.0 * px_per_mm)) + 256;
+    cv::Mat brushed(th, tw, CV_32F), grain(th, tw, CV_32F), blotch(th / 8 + 1, tw / 8 + 1, CV_32F);
+    rng.fill(brushed, cv::RNG::NORMAL, 0.0, 1.0);
+    rng.fill(grain, cv::RNG::NORMAL, 0.0, 1.0);
+    rng.fill(blotch, cv::RNG::NORMAL, 0.0, 1.0);
+    cv::GaussianBlur(brushed, brushed, cv::Size(0, 0), 4.0 * px_per_mm, 0.05 * px_per_mm + 0.3);
+    cv::GaussianBlur(grain, grain, cv::Size(0, 0), 0.6);
+    cv::GaussianBlur(blotch, blotch, cv::Size(0, 0), 2.0);
+    cv::resize(blotch, blotch, brushed.size(), 0, 0, cv::INTER_CUBIC);
+    normalise(brushed, 1.8);
+    normalise(grain, 1.2);
+    normalise(blotch, 4.0);
+    cv::Mat sum = brushed + grain + blotch;
+    sum.convertTo(pre_->metal, CV_8S);
+  }
+
+  // Sensor noise, reused at a random offset in every frame.
+  {
+    cv::RNG rng(hash_of({config_.seed, station, camera, std::uint64_t(Stream::noise)}));
+    cv::Mat noise(Precomputed::kNoiseRows, w + Precomputed::kNoiseCols, CV_32F);
+    rng.fill(noise, cv::RNG::NORMAL, 0.0, config_.noise_sigma);
+    noise.convertTo(pre_->noise_up, CV_8U);
+    cv::Mat negated = -noise;
+    negated.convertTo(pre_->noise_down, CV_8U);
+  }
+
+  // Lighting: a gradient times a vignette.
+  {
+    Rng rng(hash_of({config_.seed, station, camera, std::uint64_t(Stream::light)}));
+    const double half_diag = std::hypot(w, h) / 2;
+    const double k = rng.uniform(0.25, 0.45);
+    const double gdir = rng.uniform(0, 2 * kPi), gmag = rng.uniform(0.08, 0.22);
+    const double vx = w / 2.0 + rng.uniform(-0.15, 0.15) * w, vy = h / 2.0 + rng.uniform(-0.15, 0.15) * h;
+    const double level = rng.uniform(0.98, 1.08);
+    std::vector<double> lx(static_cast<std::size_t>(w)), ly(static_cast<std::size_t>(h));
+    for (int x = 0; x < w; ++x) {
+      const double dx = (x - vx) / half_diag;
+      lx[static_cast<std::size_t>(x)] =
+          level * std::exp(gmag * std::cos(gdir) * (x - w / 2.0) / half_diag - k * dx * dx);
+    }
+    for (int y = 0; y < h; ++y) {
+      const double dy = (y - vy) / half_diag;
+      ly[static_cast<std::size_t>(y)] = std::exp(gmag * std::sin(gdir) * (y - h / 2.0) / half_diag - k * dy * dy);
+    }
+    pre_->light_max = *std::max_element(lx.begin(), lx.end()) * *std::max_element(ly.begin(), ly.end());
+    pre_->light.create(h, w, CV_8U);
+    for (int y = 0; y < h; ++y) {
+      auto* l = pre_->light.ptr<std::uint8_t>(y);
+      for (int x = 0; x < w; ++x) {
+        l[x] = cv::saturate_cast<std::uint8_t>(lx[static_cast<std::size_t>(x)] * ly[static_cast<std::size_t>(y)] /
+                                               pre_->light_max * 255.0);
+      }
+    }
+  }
+}
+
+SyntheticParts::~SyntheticParts() = default;
+SyntheticParts::SyntheticParts(SyntheticParts&&) noexcept = default;
+SyntheticParts& SyntheticParts::operator=(SyntheticParts&&) noexcept = default;
+
+PartTruth SyntheticParts::truth(std::uint64_t index) const { return plan_frame(config_, index).truth; }
+
+PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const {
+  const FramePlan f = plan_frame(config_, index);
+  const int w = config_.width, h = config_.height;
+  const Precomputed& pre = *pre_;
+
+  // Reflectance: the belt, at this frame's position of the conveyor.
+  const cv::Mat belt = pre.belt(cv::Rect(f.pose.belt_offset, 0, w, h));
+  cv::Mat reflect = belt.clone();
+
+  // The plate, with its edges covered in proportion (anti-aliased), textured
+  // in its own frame.
+  const Placement& pl = f.placement;
+  const double hw = f.part.width_mm / 2 * pl.scale, hh = f.part.height_mm / 2 * pl.scale;
+  {
+    const double ex = std::abs(hw * pl.c) + std::abs(hh * pl.s) + 2, ey = std::abs(hw * pl.s) + std::abs(hh * pl.c) + 2;
+    const int x0 = std::max(0, static_cast<int>(std::floor(pl.cx - ex)));
+    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(pl.cx + ex)));
+    const int y0 = std::max(0, static_cast<int>(std::floor(pl.cy - ey)));
+    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(pl.cy + ey)));
+    const double tu = hw + 8 + f.part.texture_u, tv = hh + 8 + f.part.texture_v;
+    const int metal = static_cast<int>(std::lround(f.part.metal_level));
+    const auto fc = static_cast<float>(pl.c), fs = static_cast<float>(pl.s);
+    const auto fhw = static_cast<float>(hw + 0.5), fhh = static_cast<float>(hh + 0.5);
+    const int tex_w = pre.metal.cols, tex_h = pre.metal.rows;
+    // The metal's grey level for each texture value (indexed by its byte).
+    std::array<std::uint8_t, 256> level{};
+    for (int i = 0; i < 256; ++i) {
+      level[static_cast<std::size_t>(i)] =
+          static_cast<std::uint8_t>(std::clamp(metal + static_cast<std::int8_t>(i), 0, 255));
+    }
+    for (int y = y0; y <= y1; ++y) {
+      auto* r = reflect.ptr<std::uint8_t>(y);
+      const double dy = y - pl.cy;
+      // The span of this row that lies fully inside the plate needs no coverage.
+      double in_lo = x0, in_hi = x1;
+      for (int pass = 0; pass < 2; ++pass) {
+        const double a = pass == 0 ? pl.c : -pl.s;  // u or v = a * dx + b * dy
+        const double b = pass == 0 ? pl.s : pl.c;
+        const double lim = (pass == 0 ? hw : hh) - 0.5;
+        if (std::abs(a) < 1e-12) {
+          if (std::abs(b * dy) > lim) in_hi = in_lo - 1;
+          continue;
+        }
+        double lo = (-lim - b * dy) / a, hi = (lim - b * dy) / a;
+        if (lo > hi) std::swap(lo, hi);
+        in_lo = std::max(in_lo, std::ceil(pl.cx + lo));
+        in_hi = std::min(in_hi, std::floor(pl.cx + hi));
+      }
+      const int span_lo = static_cast<int>(in_lo), span_hi = static_cast<int>(in_hi);
+      for (int x = x0; x <= x1; ++x) {
+        if (x == span_lo && span_hi >= span_lo) {
+          // Inside, copy runs of texture rows: along a row v moves by -s a
+          // pixel, so a run lasts until v crosses the next texture row (u
+          // moves by c, which differs from 1 by less than 0.3 %).
+          while (x <= span_hi) {
+            const double dx = x - pl.cx;
+            const double tu_x = dx * pl.c + dy * pl.s + tu, tv_x = -dx * pl.s + dy * pl.c + tv;
+            const double fv = std::floor(tv_x);
+            int n = span_hi - x + 1;
+            if (pl.s > 1e-9) {
+              n = std::min(n, static_cast<int>((tv_x - fv) / pl.s) + 1);
+            } else if (pl.s < -1e-9) {
+              n = std::min(n, static_cast<int>((1.0 - (tv_x - fv)) / -pl.s) + 1);
+            }
+            const int iv = std::clamp(static_cast<int>(fv), 0, tex_h - 1);
+            const int iu = std::clamp(static_cast<int>(std::floor(tu_x)), 0, tex_w - n);
+            const auto* t = pre.metal.ptr<std::int8_t>(iv) + iu;
+            for (int i = 0; i < n; ++i) r[x + i] = level[static_cast<std::uint8_t>(t[i])];
+            x += n;
+          }
+          if (x > x1) break;
+        }
+        const auto dx = static_cast<float>(x - pl.cx);
+        const float u = dx * fc + static_cast<float>(dy) * fs;
+        const float v = -dx * fs + static_cast<float>(dy) * fc;
+        const float ax = std::min(1.0F, fhw - std::abs(u));
+        const float ay = std::min(1.0F, fhh - std::abs(v));
+        if (ax <= 0 || ay <= 0) continue;
+        const int iu = std::clamp(static_cast<int>(u + static_cast<float>(tu)), 0, tex_w - 1);
+        const int iv = std::clamp(static_cast<int>(v + static_cast<float>(tv)), 0, tex_h - 1);
+        const auto m = static_cast<float>(metal + pre.metal.ptr<std::int8_t>(iv)[iu]);
+        const float a = ax * ay;
+        r[x] = static_cast<std::uint8_t>(
+            std::clamp(static_cast<float>(r[x]) + (m - static_cast<float>(r[x])) * a + 0.5F, 0.0F, 255.0F));
+      }
+    }
+  }
+
+  // Drilled holes show the belt through them.
+  for (const auto& hole : f.part.holes) {
+    if (hole.missing) continue;
+    const cv::Point2d c = pl.px({hole.x_mm, hole.y_mm});
+    const double rad = hole.diameter_mm / 2 * pl.scale;
+    const int x0 = std::max(0, static_cast<int>(std::floor(c.x - rad - 2)));
+    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(c.x + rad + 2)));
+    const int y0 = std::max(0, static_cast<int>(std::floor(c.y - rad - 2)));
+    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(c.y + rad + 2)));
+    for (int y = y0; y <= y1; ++y) {
+      auto* r = reflect.ptr<std::uint8_t>(y);
+      const auto* b = belt.ptr<std::uint8_t>(y);
+      const double dy = y - c.y;
+      // Fully open span: the belt as it is; coverage only at the rim.
+      const double inner = rad - 0.75;
+      int open_lo = x1 + 1, open_hi = x1;
+      if (inner > std::abs(dy)) {
+        const double half = std::sqrt(inner * inner - dy * dy);
+        open_lo = std::max(x0, static_cast<int>(std::ceil(c.x - half)));
+        open_hi = std::min(x1, static_cast<int>(std::floor(c.x + half)));
+      }
+      for (int x = x0; x <= x1; ++x) {
+        if (x == open_lo && open_hi >= open_lo) {
+          std::memcpy(r + x, b + x, static_cast<std::size_t>(open_hi - open_lo + 1));
+          x = open_hi;
+          continue;
+        }
+        const double a = std::clamp(rad + 0.5 - std::hypot(x - c.x, dy), 0.0, 1.0);
+        if (a <= 0) continue;
+        r[x] = static_cast<std::uint8_t>(std::lround(r[x] + (b[x] - r[x]) * a));
+      }
+    }
+  }
+
+  // Surface defects, drawn as coverage masks and added with their contrast.
+  constexpr int kShift = 4;
+  constexpr double kSub = 1 << kShift;
+  for (const auto& d : f.defects) {
+    const DefectShape& shape = f.part.defects[d.shape];
+    if (shape.class_name == "missing_hole") continue;
+    const cv::Rect roi =
+        cv::Rect(static_cast<int>(std::floor(d.box.x)) - 3, static_cast<int>(std::floor(d.box.y)) - 3,
+                 static_cast<int>(std::ceil(d.box.width)) + 7, static_cast<int>(std::ceil(d.box.height)) + 7) &
+        cv::Rect(0, 0, w, h);
+    if (roi.area() <= 0) continue;
+    cv::Mat mask = cv::Mat::zeros(roi.size(), CV_8U);
+    auto local = [&](cv::Point2d p) {
+      return cv::Point(static_cast<int>(std::lround((p.x - roi.x) * kSub)),
+                       static_cast<int>(std::lround((p.y - roi.y) * kSub)));
+    };
+    if (shape.class_name == "pit") {
+      // A main ellipse and its satellites (offsets and sizes relative to the
+      // main diameters), softened by a slight blur.
+      const double ca = std::cos(d.angle), sa = std::sin(d.angle);
+      auto blob = [&](double ox, double oy, double size) {
+        const cv::Point2d c =
+            d.points[0] + cv::Point2d((ox * ca - oy * sa) * d.length_px, (ox * sa + oy * ca) * d.length_px);
+        cv::ellipse(mask, local(c),
+                    cv::Size(static_cast<int>(std::lround(size * d.length_px / 2 * kSub)),
+                             static_cast<int>(std::lround(size * d.width_px / 2 * kSub))),
+                    d.angle * 180.0 / kPi, 0, 360, cv::Scalar(255), cv::FILLED, cv::LINE_AA, kShift);
+      };
+      blob(0, 0, 1);
+      for (const auto& b : shape.satellites) blob(b.dx, b.dy, b.size);
+      cv::GaussianBlur(mask, mask, cv::Size(3, 3), 0.5);
+    } else {
+      // Stretch by stretch, each with its own depth.
+      const int thickness = std::max(1, static_cast<int>(std::lround(d.width_px)));
+      const auto& st = shape.depth;
+      std::vector<cv::Point2d> path = d.points;
+      if (shape.class_name == "scratch" && path.size() == 2) {
+        path.clear();
+        for (std::size_t i = 0; i <= st.size(); ++i) {
+          const double t = static_cast<double>(i) / static_cast<double>(st.size());
+          path.push_back(d.points[0] + t * (d.points[1] - d.points[0]));
+        }
+      }
+      for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+        const double depth = i < st.size() ? st[i] : 1.0;
+        cv::line(mask, local(path[i]), local(path[i + 1]), cv::Scalar(255 * depth), thickness, cv::LINE_AA, kShift);
+      }
+    }
+    const auto contrast = static_cast<float>(shape.contrast / 255.0);
+    for (int y = 0; y < roi.height; ++y) {
+      const auto* m = mask.ptr<std::uint8_t>(y);
+      auto* r = reflect.ptr<std::uint8_t>(roi.y + y) + roi.x;
+      for (int x = 0; x < roi.width; ++x) {
+        if (m[x] == 0) continue;
+        r[x] = cv::saturate_cast<std::uint8_t>(static_cast<float>(r[x]) + contrast * static_cast<float>(m[x]));
+      }
+    }
+  }
+
+  // Exposure: motion blur along the belt, lighting, sensor noise (a tile at
+  // a random offset, added as its positive and negative parts), then written
+  // once into the caller's buffer as BGR.
+  cv::Mat exposed;
+  const std::array<float, 5> k = motion_kernel(f.pose.blur_px);
+  if (k[2] < 1.0F) {
+    cv::filter2D(reflect, exposed, -1, cv::Mat(1, 5, CV_32F, const_cast<float*>(k.data())), cv::Point(-1, -1), 0,
+                 cv::BORDER_REPLICATE);
+  } else {
+    exposed = reflect;
+  }
+  cv::multiply(exposed, pre.light, exposed, f.pose.gain * pre.light_max / 255.0);
+  for (int y = 0; y < h;) {
+    const int ty = (y + f.pose.noise_y) % Precomputed::kNoiseRows;
+    const int rows = std::min(Precomputed::kNoiseRows - ty, h - y);
+    const cv::Rect tile(f.pose.noise_x, ty, w, rows);
+    cv::Mat band = exposed(cv::Rect(0, y, w, rows));
+    cv::add(band, pre.noise_up(tile), band);
+    cv::subtract(band, pre.noise_down(tile), band);
+    y += rows;
+  }
+  cv::Mat out(h, w, CV_8UC3, bgr, stride);
+  cv::cvtColor(exposed, out, cv::COLOR_GRAY2BGR);
+  return f.truth;
+}
+
+// -- synthetic://parts?... ------------------------------------------------------
+
+bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, std::string* error) {
+  auto fail = [&](const std::string& message) {
+    if (error != nullptr) *error = message;
+    return false;
+  };
+  const std::string prefix = "synthetic://parts";
+  if (uri.compare(0, prefix.size(), prefix) != 0) return fail("not a synthetic://parts URI: " + uri);
+  std::string rest = uri.substr(prefix.size());
+  if (rest.empty()) return true;
+  if (rest[0] != '?') return fail("expected '?' after synthetic://parts in " + uri);
+  rest.erase(0, 1);
+  SyntheticPartsConfig c = *config;
+  std::size_t pos = 0;
+  while (pos <= rest.size()) {
+    const std::size_t amp = std::min(rest.find('&', pos), rest.size());
+    const std::string item = rest.substr(pos, amp - pos);
+    pos = amp + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) return fail("expected key=value, got '" + item + "'");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      std::size_t used = 0;
+      auto as_int = [&](long long lo, long long hi) {
+        const long long v = std::stoll(value, &used);
+        if (used != value.size() || v < lo || v > hi) throw std::out_of_range(key);
+        return v;
+      };
+      auto as_double = [&](double lo, double hi) {
+        const double v = std::stod(value, &used);
+        if (used != value.size() || !(v >= lo && v <= hi)) throw std::out_of_range(key);
+        return v;
+      };
+      if (key == "seed") {
+        const unsigned long long v = std::stoull(value, &used);
+        if (used != value.size()) throw std::out_of_range(key);
+        c.seed = v;
+      } else if (key == "width") {
+        c.width = static_cast<int>(as_int(16, 16384));
+      } else if (key == "height") {
+        c.height = static_cast<int>(as_int(16, 16384));
+      } else if (key == "station") {
+        c.station = static_cast<int>(as_int(0, 1'000'000));
+      } else if (key == "camera") {
+        c.camera = static_cast<int>(as_int(0, 1'000'000));
+      } else if (key == "mm_per_px") {
+        c.mm_per_px = as_double(0.01, 10.0);
+      } else if (key == "defect_rate") {
+        c.defect_rate = as_double(0.0, 1.0);
+      } else if (key == "noise_sigma") {
+        c.noise_sigma = as_double(0.0, 50.0);
+      } else {
+        return fail("unknown key '" + key +
+                    "' in synthetic://parts (known: seed, width, height, station, camera, mm_per_px, "
+                    "defect_rate, noise_sigma)");
+      }
+    } catch (const std::exception&) {
+      return fail("bad value '" + value + "' for '" + key + "' in " + uri);
+    }
+  }
+  *config = c;
+  return true;
+}
+
+// -- ground truth as JSON -------------------------------------------------------
+
+std::string to_json(const PartTruth& t) {
+  nlohmann::json j;
+  j["part_id"] = t.part_id;
+  j["station"] = t.station;
+  j["camera"] = t.camera;
+  j["frame_index"] = t.frame_index;
+  j["variant"] = t.variant;
+  j["mm_per_px"] = t.mm_per_px;
+  j["width_mm"] = t.width_mm;
+  j["height_mm"] = t.height_mm;
+  j["angle_deg"] = t.angle_deg;
+  j["centre_x_px"] = t.centre_x_px;
+  j["centre_y_px"] = t.centre_y_px;
+  j["holes"] = nlohmann::json::array();
+  for (const auto& h : t.holes) {
+    j["holes"].push_back({{"x_mm", h.x_mm}, {"y_mm", h.y_mm}, {"diameter_mm", h.diameter_mm}, {"missing", h.missing}});
+  }
+  j["defects"] = nlohmann::json::array();
+  for (const auto& d : t.defects) {
+    j["defects"].push_back({{"class", d.class_name}, {"box", {d.x, d.y, d.width, d.height}}, {"contrast", d.contrast}});
+  }
+  return j.dump();
+}
+
+std::optional<PartTruth> parse_truth(std::string_view json) {
+  const nlohmann::json j = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  try {
+    PartTruth t;
+    t.part_id = j.at("part_id").get<std::uint64_t>();
+    t.station = j.value("station", 0);
+    t.camera = j.value("camera", 0);
+    t.frame_index = j.value("frame_index", std::uint64_t{0});
+    t.variant = j.value("variant", std::string{});
+    t.mm_per_px = j.value("mm_per_px", 0.1);
+    t.width_mm = j.value("width_mm", 0.0);
+    t.height_mm = j.value("height_mm", 0.0);
+    t.angle_deg = j.value("angle_deg", 0.0);
+    t.centre_x_px = j.value("centre_x_px", 0.0);
+    t.centre_y_px = j.value("centre_y_px", 0.0);
+    for (const auto& h : j.value("holes", nlohmann::json::array())) {
+      t.holes.push_back(HoleTruth{h.at("x_mm").get<double>(), h.at("y_mm").get<double>(),
+                                  h.at("diameter_mm").get<double>(), h.value("missing", false)});
+    }
+    for (const auto& d : j.value("defects", nlohmann::json::array())) {
+      const auto& box = d.at("box");
+      if (!box.is_array() || box.size() != 4) return std::nullopt;
+      t.defects.push_back(DefectTruth{d.at("class").get<std::string>(), box[0].get<float>(), box[1].get<float>(),
+                                      box[2].get<float>(), box[3].get<float>(), d.value("contrast", 0.0F)});
+    }
+    return t;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace swarmflow::video
