@@ -68,6 +68,7 @@ Status BatchQuality::start(StageContext& ctx) {
   parts_counter_ = &ctx.counter("parts");
   passed_counter_ = &ctx.counter("passed");
   batches_counter_ = &ctx.counter("batches");
+  late_counter_ = &ctx.counter("late_results");
   if (!report_path_.empty()) {
     report_file_ = std::fopen(report_path_.c_str(), "a");
     if (report_file_ == nullptr) {
@@ -84,11 +85,25 @@ Status BatchQuality::process(Inputs& in, Outputs& out, StageContext&) {
   const schema::VisionResults* r = d != nullptr ? d : m;
   if (r == nullptr) return {};
   const std::uint64_t id = r->part_id() != 0 ? r->part_id() : in.envelope()->header().part_id;
-  Part& part = open_[id];
+  if (closed_.count(id) != 0) {
+    late_counter_->fetch_add(1, std::memory_order_relaxed);
+    return {};
+  }
+  auto [it, opened] = open_.try_emplace(id);
+  Part& part = it->second;
   part.id = id;
+  if (opened) opened_.push_back(id);
   if (d != nullptr) add_defects(*d, part);
   if (m != nullptr) add_measurements(*m, part);
   if (complete(part)) close_part(id, false, &out);
+  // Parts that will never be complete (a camera's frame was dropped) must
+  // not pile up: past the bound, the oldest open part closes as partial.
+  const auto max_open = static_cast<std::size_t>(4 * batch_parts_);
+  while (open_.size() > max_open && !opened_.empty()) {
+    const std::uint64_t oldest = opened_.front();
+    opened_.pop_front();
+    if (open_.count(oldest) != 0) close_part(oldest, true, &out);
+  }
   return {};
 }
 
@@ -161,6 +176,13 @@ void BatchQuality::close_part(std::uint64_t id, bool partial, Outputs* out) {
   batch_.parts.push_back(std::move(it->second));
   if (partial) ++batch_.partial;
   open_.erase(it);
+  constexpr std::size_t kRememberClosed = 4096;
+  closed_.insert(id);
+  closed_order_.push_back(id);
+  if (closed_order_.size() > kRememberClosed) {
+    closed_.erase(closed_order_.front());
+    closed_order_.pop_front();
+  }
   if (static_cast<std::int64_t>(batch_.parts.size()) >= batch_parts_) close_batch(out);
 }
 

@@ -22,7 +22,10 @@
 /// the true defects of the same frame (same class, IoU >= 0.3, or the centre
 /// inside the true box grown by 4 px) for precision, recall and F1 per class,
 /// and measurements are compared with the true sizes. Parts still incomplete
-/// when the run ends go into a last batch as partial parts. Run one replica,
+/// when the run ends go into a last batch as partial parts, and so does the
+/// oldest open part whenever more than 4 x batch_parts are open (memory stays
+/// bounded when frames are dropped). A result for a part already closed is
+/// counted (`late_results`) and ignored. Run one replica,
 /// so that it sees every unit's results:
 ///
 /// ```yaml
@@ -33,7 +36,9 @@
 /// ```
 
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -103,6 +108,10 @@ class BatchQuality final : public Stage {
 
   bool measured_ = true;
   std::map<std::uint64_t, Part> open_;
+  std::deque<std::uint64_t> opened_;           ///< open part ids, oldest first
+  std::unordered_set<std::uint64_t> closed_;   ///< recently closed ids (late results are ignored)
+  std::deque<std::uint64_t> closed_order_;
+  std::atomic<std::int64_t>* late_counter_ = nullptr;
   Batch batch_;
   std::uint64_t batch_index_ = 0;
   std::FILE* report_file_ = nullptr;

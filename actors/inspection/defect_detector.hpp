@@ -76,6 +76,9 @@
 ///     params: {mm_per_px: 0.1, k_high: 5.5}
 /// ```
 
+#include <atomic>
+#include <cstdint>
+
 #include <opencv2/core.hpp>
 
 #include <swarmflow/schema/frame_generated.h>

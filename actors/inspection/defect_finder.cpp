@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
 #include <opencv2/imgproc.hpp>
 
 #include "inspection/part_drawings.hpp"

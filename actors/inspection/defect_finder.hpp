@@ -56,28 +56,28 @@ namespace swarmflow::inspection {
 /// Tuning of find_defects; the defaults suit the documented camera (see
 /// docs/inspection.md).
 struct DefectFinderParams {
-  double mm_per_px = 0.1;        ///< scale at the plate
-  double k_low = 3.0;            ///< hysteresis: grow regions above k_low noise sigmas
-  double k_high = 5.5;           ///< hysteresis: keep regions that reach k_high sigmas
-  double min_contrast = 3.0;     ///< floor of the low threshold, percent of the local level
-  double edge_margin_mm = 1.5;   ///< band along the plate's edges left out
-  double hole_margin_mm = 1.0;   ///< ring around holes left out
-  double background_mm = 4.0;    ///< window of the background estimate
-  double join_mm = 0.6;          ///< pieces of a region closer than this are joined
-  double bridge_mm = 3.0;        ///< collinear strokes with a gap up to this are joined
-  double min_pit_px = 3.0;       ///< smallest pit, px across
-  double max_pit_mm = 3.0;       ///< largest pit, mm across
-  double min_pit_sigmas = 9.0;   ///< a pit's darkest point, noise sigmas
-  double min_scratch_mm = 5.0;   ///< shortest scratch, mm
-  double min_crack_mm = 2.5;     ///< shortest crack, mm (end to end)
-  double min_elongation = 4.0;   ///< length over thickness of a scratch or crack
-  double min_scratch_sigmas = 4.3;  ///< a scratch's mean contrast, noise sigmas
-  double min_crack_sigmas = 4.5;    ///< a crack's mean contrast, noise sigmas
-  double crack_coherence = 0.65; ///< strokes whose gradients agree less than this are cracks
-  double crack_jaggedness = 1.2; ///< strokes whose centre line strays more than this (px RMS) are cracks
-  bool check_holes = true;       ///< look for missing holes (needs a known drawing)
+  double mm_per_px = 0.1;             ///< scale at the plate
+  double k_low = 3.0;                 ///< hysteresis: grow regions above k_low noise sigmas
+  double k_high = 5.5;                ///< hysteresis: keep regions that reach k_high sigmas
+  double min_contrast = 3.0;          ///< floor of the low threshold, percent of the local level
+  double edge_margin_mm = 1.5;        ///< band along the plate's edges left out
+  double hole_margin_mm = 1.0;        ///< ring around holes left out
+  double background_mm = 4.0;         ///< window of the background estimate
+  double join_mm = 0.6;               ///< pieces of a region closer than this are joined
+  double bridge_mm = 3.0;             ///< collinear strokes with a gap up to this are joined
+  double min_pit_px = 3.0;            ///< smallest pit, px across
+  double max_pit_mm = 3.0;            ///< largest pit, mm across
+  double min_pit_sigmas = 9.0;        ///< a pit's darkest point, noise sigmas
+  double min_scratch_mm = 5.0;        ///< shortest scratch, mm
+  double min_crack_mm = 2.5;          ///< shortest crack, mm (end to end)
+  double min_elongation = 4.0;        ///< length over thickness of a scratch or crack
+  double min_scratch_sigmas = 4.3;    ///< a scratch's mean contrast, noise sigmas
+  double min_crack_sigmas = 4.5;      ///< a crack's mean contrast, noise sigmas
+  double crack_coherence = 0.65;      ///< strokes whose gradients agree less than this are cracks
+  double crack_jaggedness = 1.2;      ///< strokes whose centre line strays more than this (px RMS) are cracks
+  bool check_holes = true;            ///< look for missing holes (needs a known drawing)
   double drawing_tolerance_mm = 3.0;  ///< how far the plate's size may be from a drawing's
-  bool keep_rejected = false;    ///< also report regions classified as texture (empty class), for tuning
+  bool keep_rejected = false;         ///< also report regions classified as texture (empty class), for tuning
 };
 
 /// What classification saw in a region (zero for missing_hole).

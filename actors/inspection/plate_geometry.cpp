@@ -4,8 +4,9 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <opencv2/imgproc.hpp>
 #include <optional>
+
+#include <opencv2/imgproc.hpp>
 
 namespace swarmflow::inspection {
 

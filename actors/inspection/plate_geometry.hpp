@@ -17,18 +17,18 @@ namespace swarmflow::inspection {
 
 /// A hole as segmented: a dark, round region inside the plate.
 struct HoleBlob {
-  cv::Point2d centre;     ///< px
-  double radius_px = 0;   ///< of the disc with the same area
+  cv::Point2d centre;    ///< px
+  double radius_px = 0;  ///< of the disc with the same area
 };
 
 /// The plate as segmented from one frame, to the pixel.
 struct PlateView {
   bool found = false;
-  cv::Point2d centre;                 ///< px
+  cv::Point2d centre;                  ///< px
   double width_px = 0, height_px = 0;  ///< long side, short side of the minimum-area rectangle
-  double angle_rad = 0;               ///< direction of the long side against the x axis, in [-pi/4, pi/4]
-  double threshold = 0;               ///< grey level that separates the belt from the metal
-  cv::Rect bounds;                    ///< bounding box of the outline, in the image
+  double angle_rad = 0;                ///< direction of the long side against the x axis, in [-pi/4, pi/4]
+  double threshold = 0;                ///< grey level that separates the belt from the metal
+  cv::Rect bounds;                     ///< bounding box of the outline, in the image
   std::vector<HoleBlob> holes;
 
   /// A point of the plate's own frame (px, origin at the centre, u along the

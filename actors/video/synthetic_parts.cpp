@@ -6,10 +6,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
-#include <stdexcept>
 
 namespace swarmflow::video {
 

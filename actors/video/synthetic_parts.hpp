@@ -41,7 +41,7 @@ struct PartTruth {
   std::string variant;  ///< name of the part variant (see `synthetic_part_variants`)
   double mm_per_px = 0.1;
   double width_mm = 0, height_mm = 0;  ///< true outer size of the plate
-  double angle_deg = 0;               ///< pose of the plate in the image
+  double angle_deg = 0;                ///< pose of the plate in the image
   double centre_x_px = 0, centre_y_px = 0;
   std::vector<HoleTruth> holes;  ///< in the order of the variant's drawing
   std::vector<DefectTruth> defects;
@@ -75,9 +75,9 @@ struct SyntheticPartsConfig {
   int height = 1080;
   int station = 0;
   int camera = 0;
-  double mm_per_px = 0.1;     ///< scale at the plate (the documented calibration)
-  double defect_rate = 0.6;   ///< chance that a part has at least one defect
-  double noise_sigma = 3.0;   ///< sensor noise, grey levels
+  double mm_per_px = 0.1;    ///< scale at the plate (the documented calibration)
+  double defect_rate = 0.6;  ///< chance that a part has at least one defect
+  double noise_sigma = 3.0;  ///< sensor noise, grey levels
 };
 
 /// Reads `synthetic://parts?key=value&...` into `config` (keys as above);

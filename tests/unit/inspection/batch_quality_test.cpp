@@ -1,6 +1,7 @@
 #include "inspection/batch_quality.hpp"
 
 #include <gtest/gtest.h>
+
 #include <swarmflow/schema/quality_generated.h>
 #include <swarmflow/schema/vision_generated.h>
 

@@ -2,14 +2,14 @@
 // Helpers of the inspection tests: frames rendered by the synthetic camera,
 // detections matched to the ground truth, stages driven on joined sets.
 
-#include <swarmflow/schema/frame_generated.h>
-#include <swarmflow/schema/vision_generated.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/vision_generated.h>
 
 #include "inspection/inspection.hpp"
 #include "support/stage_runner.hpp"

@@ -1,8 +1,6 @@
 // The synthetic inspection camera: determinism, the pairing of a station's
 // two cameras, ground truth as JSON, URIs, and the cost of a 1080p frame.
 
-#include "video/synthetic_parts.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "inspection/part_drawings.hpp"
+#include "video/synthetic_parts.hpp"
 
 namespace swarmflow {
 namespace {
