@@ -245,7 +245,7 @@ void bridge_collinear(std::vector<Region>& regions, double gap_px) {
           for (const auto& pb : {b0, b1}) gap = std::min(gap, cv::norm(pa - pb));
         }
         // The pieces must not overlap along the line, only continue it.
-        const double span = cv::norm((a.centre - b.centre));
+        const double span = cv::norm(a.centre - b.centre);
         if (gap > gap_px || span < (a.length + b.length) / 2 - 2) continue;
         const double slack = 2.0 + 0.03 * gap;
         if (distance_to_line(b0, a) > slack || distance_to_line(b1, a) > slack || distance_to_line(a0, b) > slack ||
