@@ -252,15 +252,7 @@ TEST(VideoSource, StartFailsWithAClearMessage) {
 
 // -- synthetic:// ------------------------------------------------------------------
 
-/// Skips when the synthetic camera is not available in this build.
-bool synthetic_available() {
-  video::SyntheticPartsConfig config;
-  std::string error;
-  return video::parse_synthetic_uri("synthetic://parts?seed=7", &config, &error);
-}
-
 TEST(VideoSource, SyntheticFramesCarryGroundTruthAndPartId) {
-  if (!synthetic_available()) GTEST_SKIP() << "synthetic_parts.cpp does not parse synthetic://parts URIs yet";
   StageRunner source(video_registry(), "video.source", "cam");
   video_test::StopGuard stop_source(source);
   ASSERT_TRUE(source.set("uri", std::string("synthetic://parts?seed=7&station=1&camera=1")).ok());
@@ -302,7 +294,6 @@ TEST(VideoSource, SyntheticFramesCarryGroundTruthAndPartId) {
 }
 
 TEST(VideoSource, PacedSyntheticDefersUntilTheNextFrameIsDue) {
-  if (!synthetic_available()) GTEST_SKIP() << "synthetic_parts.cpp does not parse synthetic://parts URIs yet";
   StageRunner source(video_registry(), "video.source", "cam");
   video_test::StopGuard stop_source(source);
   ASSERT_TRUE(source.set("uri", std::string("synthetic://parts?seed=7")).ok());
@@ -324,7 +315,6 @@ TEST(VideoSource, PacedSyntheticDefersUntilTheNextFrameIsDue) {
 }
 
 TEST(VideoSource, SameSeedSameFrames) {
-  if (!synthetic_available()) GTEST_SKIP() << "synthetic_parts.cpp does not parse synthetic://parts URIs yet";
   std::vector<std::uint64_t> parts[2];
   for (auto& run : parts) {
     StageRunner source(video_registry(), "video.source", "cam");

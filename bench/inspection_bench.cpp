@@ -1,0 +1,446 @@
+// swarmflow_bench_inspection — what swarmflow costs on the inspection work of
+// one camera at 1080p, against a plain loop doing the same work.
+//
+// Both sides do the same work per frame: render a 1920x1080 BGR frame of the
+// synthetic parts camera (seed 7, station 0, camera 0) straight into a
+// FlatBuffers Frame, exactly as video.source does, then run inspection.defects
+// on it.
+//
+//   plain      one thread, no framework: construct the camera and a
+//              DefectDetector, then per frame build the Frame and call the
+//              detector's process() with a trivial StageContext.
+//   swarmflow  video.source (synthetic://parts?seed=7&camera=0, 1920x1080,
+//              fps 0 = unpaced, count N) -> inspection.defects (1 replica,
+//              queue capacity 4, overflow block) -> bench.results (a sink that
+//              counts) in one unit, run by swarmflow::Runtime with 1 and with
+//              2 worker threads.
+//
+// Throughput under saturation only (no latency). Two figures per side:
+//   whole run    the report's duration_s / N for swarmflow, which includes the
+//                stages' start (the camera precomputes its textures, 50-200 ms);
+//                for plain, the same: camera construction + start + N frames.
+//   steady       from the first result to the last, / (N - 1): start-up left out.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/vision_generated.h>
+#include <swarmflow/swarmflow.hpp>
+
+#include "inspection/defect_detector.hpp"
+#include "video/synthetic_parts.hpp"
+
+namespace {
+
+/// Room in a frame's builder for the ground truth JSON, as video.source leaves it.
+constexpr std::size_t kTruthRoom = 64 * 1024;
+constexpr int kWidth = 1920;
+constexpr int kHeight = 1080;
+
+// -- options ------------------------------------------------------------------
+
+struct Options {
+  std::int64_t n = 60;    ///< frames per run
+  int repeat = 3;         ///< runs of each side; the median is reported
+  std::string json_path;  ///< write the results as JSON here when set
+  std::string only;       ///< "plain" or "swarmflow": run one side only (for profiling)
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--n N] [--repeat R] [--json FILE] [--only plain|swarmflow]\n"
+      "  --n            frames per run (default 60)\n"
+      "  --repeat       runs of each side, the median is reported (default 3)\n"
+      "  --json FILE    also write the results as JSON to FILE\n"
+      "  --only SIDE    run only `plain` or only `swarmflow` (to profile one side)\n",
+      argv0);
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", name);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--n") {
+      o.n = std::atoll(value("--n"));
+    } else if (a == "--repeat") {
+      o.repeat = std::atoi(value("--repeat"));
+    } else if (a == "--json") {
+      o.json_path = value("--json");
+    } else if (a == "--only") {
+      o.only = value("--only");
+      if (o.only != "plain" && o.only != "swarmflow") {
+        std::fprintf(stderr, "--only takes plain or swarmflow\n");
+        return false;
+      }
+    } else if (a == "-h" || a == "--help") {
+      usage(argv[0]);
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      usage(argv[0]);
+      return false;
+    }
+  }
+  if (o.n < 2 || o.repeat <= 0) {
+    std::fprintf(stderr, "--n must be at least 2 and --repeat positive\n");
+    return false;
+  }
+  return true;
+}
+
+// -- results ------------------------------------------------------------------
+
+struct RunResult {
+  bool ok = false;
+  double seconds = 0;         ///< whole run (start included)
+  double steady_seconds = 0;  ///< first result to last result
+  std::int64_t frames = 0;    ///< results produced
+  std::int64_t defects = 0;   ///< defects found in all frames
+  std::string problem;        ///< why the run is not ok, empty when it is
+};
+
+double ms_per_frame(const RunResult& r, std::int64_t n) { return r.seconds > 0 ? r.seconds * 1e3 / n : 0; }
+double steady_ms_per_frame(const RunResult& r, std::int64_t n) {
+  return r.steady_seconds > 0 ? r.steady_seconds * 1e3 / static_cast<double>(n - 1) : 0;
+}
+double per_s(double ms) { return ms > 0 ? 1e3 / ms : 0; }
+double overhead_pct(double ms, double plain_ms) { return plain_ms > 0 ? (ms - plain_ms) / plain_ms * 100 : 0; }
+
+// -- plain loop -------------------------------------------------------------------
+
+/// The least a stage needs to run outside a pipeline: an id, counters, a clock.
+class PlainContext final : public swarmflow::StageContext {
+ public:
+  const std::string& stage_id() const override { return id_; }
+  int replica() const override { return 0; }
+  int replica_count() const override { return 1; }
+  std::int64_t now_ns() const override { return swarmflow::steady_now_ns(); }
+  double speed() const override { return 1.0; }
+  bool stop_requested() const override { return false; }
+  void defer_until(std::int64_t /*t_ns*/) override {}
+  void set_live(bool /*live*/) override {}
+  std::atomic<std::int64_t>& counter(std::string_view name) override {
+    auto& slot = counters_[std::string(name)];
+    if (!slot) slot = std::make_unique<std::atomic<std::int64_t>>(0);
+    return *slot;
+  }
+
+ private:
+  std::string id_ = "detect";
+  std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>> counters_;
+};
+
+/// One frame as video.source makes it for synthetic://parts: pixels rendered
+/// straight into the payload, the ground truth as JSON beside them.
+swarmflow::Envelope make_frame(const swarmflow::video::SyntheticParts& camera, std::uint64_t index,
+                               const std::string& camera_id) {
+  const std::size_t stride = static_cast<std::size_t>(kWidth) * 3;
+  const std::size_t size = stride * kHeight;
+  const std::int64_t capture_ns = swarmflow::steady_now_ns();
+  flatbuffers::FlatBufferBuilder fbb(size + kTruthRoom + camera_id.size());
+  const auto camera_name = fbb.CreateString(camera_id);
+  std::uint8_t* pixels = nullptr;
+  const auto data = fbb.CreateUninitializedVector(size, &pixels);
+  const swarmflow::video::PartTruth truth = camera.render(index, pixels, stride);
+  const auto ground_truth = fbb.CreateString(swarmflow::video::to_json(truth));
+  const auto frame = swarmflow::schema::CreateFrame(
+      fbb, swarmflow::schema::PixelFormat::BGR, static_cast<std::uint32_t>(kWidth),
+      static_cast<std::uint32_t>(kHeight), static_cast<std::uint32_t>(stride), capture_ns, camera_name, index, data,
+      ground_truth);
+  swarmflow::schema::FinishFrameBuffer(fbb, frame);
+  swarmflow::EnvelopeHeader header;
+  header.stream = 0;  // station 0 * 2 + camera 0, as video.source numbers it
+  header.seq = index;
+  header.capture_ns = capture_ns;
+  header.part_id = truth.part_id;
+  return swarmflow::Envelope(header, swarmflow::Payload::from_builder(fbb));
+}
+
+RunResult run_plain(const Options& o) {
+  RunResult r;
+  const std::int64_t t0 = swarmflow::steady_now_ns();
+  swarmflow::video::SyntheticPartsConfig config;
+  config.seed = 7;
+  config.width = kWidth;
+  config.height = kHeight;
+  config.station = 0;
+  config.camera = 0;
+  const swarmflow::video::SyntheticParts camera(config);
+  swarmflow::inspection::DefectDetector detector;
+  swarmflow::StageSpec spec;
+  detector.setup(spec);  // parameters keep their defaults, as in the pipeline
+  PlainContext ctx;
+  swarmflow::Status s = detector.start(ctx);
+  if (!s.ok()) {
+    r.problem = "start: " + s.message();
+    return r;
+  }
+  const int frames_port = spec.input_index("frames");
+  const std::string camera_id = "camera-0";
+  std::int64_t first_ns = 0;
+  std::int64_t defects = 0;
+  for (std::int64_t i = 0; i < o.n; ++i) {
+    const swarmflow::Envelope frame = make_frame(camera, static_cast<std::uint64_t>(i), camera_id);
+    swarmflow::Inputs in;
+    in.reset(frames_port, &frame);
+    swarmflow::Outputs out;
+    out.reset(frame.header());
+    s = detector.process(in, out, ctx);
+    if (!s.ok()) {
+      r.problem = "frame " + std::to_string(i) + ": " + s.message();
+      return r;
+    }
+    for (const auto& item : out.items()) {
+      const auto* results = item.envelope.as<swarmflow::schema::VisionResults>();
+      if (results != nullptr && results->defects() != nullptr) defects += results->defects()->size();
+      ++r.frames;
+    }
+    if (i == 0) first_ns = swarmflow::steady_now_ns();
+  }
+  const std::int64_t end_ns = swarmflow::steady_now_ns();
+  detector.stop(ctx);
+  r.seconds = static_cast<double>(end_ns - t0) / 1e9;
+  r.steady_seconds = static_cast<double>(end_ns - first_ns) / 1e9;
+  r.defects = defects;
+  r.ok = r.frames == o.n;
+  if (!r.ok) r.problem = "produced " + std::to_string(r.frames) + " results";
+  return r;
+}
+
+// -- swarmflow pipeline -----------------------------------------------------------
+
+/// The pipeline's sink: counts results and the defects in them.
+class ResultCounter final : public swarmflow::Stage {
+ public:
+  void setup(swarmflow::StageSpec& s) override {
+    results_ = s.input<swarmflow::schema::VisionResults>("results", "defects found in each frame");
+  }
+  swarmflow::Status start(swarmflow::StageContext& ctx) override {
+    received_ = &ctx.counter("received");
+    defects_ = &ctx.counter("defects");
+    return {};
+  }
+  swarmflow::Status process(swarmflow::Inputs& in, swarmflow::Outputs& /*out*/,
+                            swarmflow::StageContext& /*ctx*/) override {
+    const auto* results = in.get(results_);
+    if (results == nullptr) return {};
+    received_->fetch_add(1, std::memory_order_relaxed);
+    if (results->defects() != nullptr) {
+      defects_->fetch_add(static_cast<std::int64_t>(results->defects()->size()), std::memory_order_relaxed);
+    }
+    return {};
+  }
+
+ private:
+  swarmflow::InputPort<swarmflow::schema::VisionResults> results_;
+  std::atomic<std::int64_t>* received_ = nullptr;
+  std::atomic<std::int64_t>* defects_ = nullptr;
+};
+
+std::string pipeline_yaml(const Options& o) {
+  return "pipeline: bench_inspection\n"
+         "units: 1\n"
+         "stages:\n"
+         "  - id: camera\n"
+         "    type: video.source\n"
+         "    params: {uri: \"synthetic://parts?seed=7&camera=0\", width: " + std::to_string(kWidth) +
+         ", height: " + std::to_string(kHeight) + ", fps: 0, count: " + std::to_string(o.n) + "}\n"
+         "  - id: detect\n"
+         "    type: inspection.defects\n"
+         "    inputs: {frames: camera/frames}\n"
+         "    queue: {capacity: 4, overflow: block}\n"
+         "  - id: sink\n"
+         "    type: bench.results\n"
+         "    inputs: {results: detect/results}\n"
+         "    queue: {capacity: 4, overflow: block}\n";
+}
+
+std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
+  if (s == nullptr) return 0;
+  auto it = s->counters.find(name);
+  return it == s->counters.end() ? 0 : it->second;
+}
+
+RunResult run_swarmflow(const Options& o, int threads) {
+  swarmflow::RuntimeOptions ro;
+  ro.threads = threads;
+  swarmflow::Runtime runtime(ro);
+  RunResult r;
+  swarmflow::Status s = runtime.registry().add<ResultCounter>("bench.results", "counts results and their defects");
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  if (s.ok()) s = runtime.load_string(pipeline_yaml(o), "bench_inspection.yaml", &diagnostics);
+  if (!s.ok()) {
+    std::fprintf(stderr, "the bench pipeline does not load: %s\n%s\n", s.message().c_str(),
+                 swarmflow::format_diagnostics(diagnostics).c_str());
+    r.problem = "does not load";
+    return r;
+  }
+  // When the detector emits its first and last result: the steady rate.
+  std::mutex mutex;
+  std::int64_t first_ns = 0;
+  std::int64_t last_ns = 0;
+  s = runtime.subscribe("detect/results", [&](const swarmflow::Envelope&) {
+    const std::int64_t now = swarmflow::steady_now_ns();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (first_ns == 0) first_ns = now;
+    last_ns = now;
+  });
+  if (s.ok()) s = runtime.run();
+  const swarmflow::RunReport report = runtime.report();
+  const auto* sink = report.stage("sink");
+  r.frames = counter(sink, "received");
+  r.defects = counter(sink, "defects");
+  std::uint64_t dropped = 0;
+  for (const auto& e : report.edges) dropped += e.dropped;
+  r.ok = s.ok() && report.ok && r.frames == o.n && dropped == 0;
+  if (!r.ok) {
+    r.problem = "received " + std::to_string(r.frames) + ", dropped " + std::to_string(dropped) +
+                (s.ok() ? std::string() : ", " + s.message());
+  }
+  r.seconds = report.duration_s;
+  r.steady_seconds = static_cast<double>(last_ns - first_ns) / 1e9;
+  return r;
+}
+
+// -- reporting ------------------------------------------------------------------
+
+/// The run whose whole-run time is the median (lower median for even counts).
+RunResult median(std::vector<RunResult> runs) {
+  std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.seconds < b.seconds; });
+  return runs[(runs.size() - 1) / 2];
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string c;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) c += ' ';
+    c += argv[i];
+  }
+  return c;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string json_side(const RunResult& r, std::int64_t n, double plain_ms, double plain_steady_ms) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"ms_per_frame\": %.4f, \"frames_per_s\": %.3f, \"steady_ms_per_frame\": %.4f, "
+                "\"steady_frames_per_s\": %.3f, \"overhead_pct\": %.2f, \"steady_overhead_pct\": %.2f, "
+                "\"duration_s\": %.4f, \"defects\": %lld}",
+                ms_per_frame(r, n), per_s(ms_per_frame(r, n)), steady_ms_per_frame(r, n),
+                per_s(steady_ms_per_frame(r, n)), overhead_pct(ms_per_frame(r, n), plain_ms),
+                overhead_pct(steady_ms_per_frame(r, n), plain_steady_ms), r.seconds,
+                static_cast<long long>(r.defects));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+  const std::string cmd = command_line(argc, argv);
+
+  std::printf("swarmflow inspection benchmark: synthetic parts camera (seed 7, station 0, camera 0) at %dx%d,\n"
+              "render + inspection.defects per frame, N=%lld frames, each side %d times alternating, median reported\n",
+              kWidth, kHeight, static_cast<long long>(o.n), o.repeat);
+  std::printf("  plain:     one thread, no framework; Frame built as video.source builds it, DefectDetector::process\n"
+              "  swarmflow: video.source (fps 0) -> inspection.defects (1 replica, queue 4, block) -> sink,\n"
+              "             one unit, RuntimeOptions::threads = 1 and = 2\n\n");
+  std::fflush(stdout);
+
+  const bool run_plain_side = o.only != "swarmflow";
+  const bool run_sf_side = o.only != "plain";
+  RunResult skipped;  // stands for the side that --only leaves out
+  skipped.ok = true;
+  std::vector<RunResult> plain, sf1, sf2;
+  for (int i = 0; i < o.repeat; ++i) {
+    plain.push_back(run_plain_side ? run_plain(o) : skipped);
+    sf1.push_back(run_sf_side ? run_swarmflow(o, 1) : skipped);
+    sf2.push_back(run_sf_side ? run_swarmflow(o, 2) : skipped);
+    std::printf("  run %d: plain %.2f ms/frame, swarmflow 1 thread %.2f, 2 threads %.2f (whole run);"
+                " defects %lld / %lld / %lld\n",
+                i + 1, ms_per_frame(plain.back(), o.n), ms_per_frame(sf1.back(), o.n), ms_per_frame(sf2.back(), o.n),
+                static_cast<long long>(plain.back().defects), static_cast<long long>(sf1.back().defects),
+                static_cast<long long>(sf2.back().defects));
+    for (const auto* r : {&plain.back(), &sf1.back(), &sf2.back()}) {
+      if (!r->ok) std::printf("    not ok: %s\n", r->problem.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  bool all_ok = true;
+  for (const auto* runs : {&plain, &sf1, &sf2}) {
+    for (const auto& r : *runs) all_ok = all_ok && r.ok;
+  }
+  const RunResult p = median(plain);
+  const RunResult s1 = median(sf1);
+  const RunResult s2 = median(sf2);
+  // Both sides inspect the same frames, so they must find the same defects.
+  const bool same_defects = o.only.empty() ? (p.defects == s1.defects && p.defects == s2.defects) : true;
+  all_ok = all_ok && same_defects;
+
+  const double p_ms = ms_per_frame(p, o.n);
+  const double p_steady = steady_ms_per_frame(p, o.n);
+  std::printf("\n1080p, N=%lld                  ms/frame   frames/s   overhead   steady ms/frame   frames/s   overhead\n",
+              static_cast<long long>(o.n));
+  const struct {
+    const char* name;
+    const RunResult& r;
+  } rows[] = {{"plain, 1 thread", p}, {"swarmflow, 1 thread", s1}, {"swarmflow, 2 threads", s2}};
+  for (const auto& row : rows) {
+    const double ms = ms_per_frame(row.r, o.n);
+    const double steady = steady_ms_per_frame(row.r, o.n);
+    std::printf("  %-26s %10.2f %10.2f %9.1f%% %17.2f %10.2f %9.1f%%\n", row.name, ms, per_s(ms),
+                overhead_pct(ms, p_ms), steady, per_s(steady), overhead_pct(steady, p_steady));
+  }
+  std::printf("  (whole run: swarmflow's duration_s / N, which includes the stages' start; plain likewise\n"
+              "   includes constructing the camera and starting the detector. steady: first to last result / (N-1).\n"
+              "   overhead = (ms - plain ms) / plain ms)\n");
+  const double overhead_1 = overhead_pct(ms_per_frame(s1, o.n), p_ms);
+  std::printf("\n  target: framework overhead (1 thread against plain, whole run) <= 5%%: %s (%.1f%%)\n",
+              overhead_1 <= 5.0 ? "met" : "NOT met", overhead_1);
+  std::printf("  every run produced one result per frame, none dropped, same defects on both sides (%lld): %s\n",
+              static_cast<long long>(p.defects), all_ok ? "yes" : "NO");
+  std::printf("command: %s\n", cmd.c_str());
+
+  if (!o.json_path.empty()) {
+    FILE* f = std::fopen(o.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", o.json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f,
+                 "{\n  \"benchmark\": \"inspection\",\n  \"command\": \"%s\",\n  \"width\": %d,\n  \"height\": %d,\n"
+                 "  \"n\": %lld,\n  \"repeat\": %d,\n  \"plain\": %s,\n  \"swarmflow_1_thread\": %s,\n"
+                 "  \"swarmflow_2_threads\": %s,\n  \"all_ok\": %s\n}\n",
+                 json_escape(cmd).c_str(), kWidth, kHeight, static_cast<long long>(o.n), o.repeat,
+                 json_side(p, o.n, p_ms, p_steady).c_str(), json_side(s1, o.n, p_ms, p_steady).c_str(),
+                 json_side(s2, o.n, p_ms, p_steady).c_str(), all_ok ? "true" : "false");
+    std::fclose(f);
+    std::printf("results written to %s\n", o.json_path.c_str());
+  }
+  return all_ok ? 0 : 1;
+}
