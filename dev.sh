@@ -7,6 +7,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$root"
 build_dir="${SWARMFLOW_BUILD_DIR:-$root/build}"
+# ccache: paths relative to the checkout, so clones share the cache.
+export CCACHE_BASEDIR="$root"
+export CCACHE_NOHASHDIR=true
 jobs="${SWARMFLOW_JOBS:-$(nproc)}"
 
 build() {
