@@ -65,7 +65,7 @@ std::string join_pipeline(const std::string& type) {
          "  - {id: right, type: sim.source, params: {count: 8}}\n"
          "  - {id: slow, type: sim.work, inputs: {in: right/out}, params: {service_us: 20000}}\n"
          "  - {id: pair, type: " + type + ", inputs: {a: left/out, b: slow/out},\n"
-         "     join: {key: seq, timeout_ms: 1000}}\n";
+         "     join: {key: seq, timeout_ms: 5000}}\n";
 }
 
 TEST(Join, LateInputStillMatchesAndMissingOneMakesAPartialSet) {
