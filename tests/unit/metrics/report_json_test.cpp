@@ -50,8 +50,19 @@ RunReport sample_report() {
   dump.processed = 42;
   r.stages.push_back(dump);
 
-  r.edges.push_back(EdgeReport{"src/out", "work/in", 1000, 995, 5, 0});
-  r.edges.push_back(EdgeReport{"work/out", "sink/in", 990, 990, 0, 0});
+  auto edge = [](const char* from, const char* to, std::uint64_t sent, std::uint64_t delivered,
+                 std::uint64_t dropped) {
+    EdgeReport e;
+    e.from = from;
+    e.to = to;
+    e.sent = sent;
+    e.delivered = delivered;
+    e.dropped = dropped;
+    e.overflow = "block";
+    return e;
+  };
+  r.edges.push_back(edge("src/out", "work/in", 1000, 995, 5));
+  r.edges.push_back(edge("work/out", "sink/in", 990, 990, 0));
   return r;
 }
 
