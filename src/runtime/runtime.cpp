@@ -227,8 +227,10 @@ class InboundBatcher {
   InboundBatcher(std::weak_ptr<RunState> run, int unit) : run_(std::move(run)), unit_(unit) {}
 
   void add(transport::Inbound&& in) {
-    auto run = run_.lock();
-    if (!run) return;
+    // The run is held from the first message of a burst to its end (flush).
+    if (!held_) held_ = run_.lock();
+    RunState* run = held_.get();
+    if (run == nullptr) return;
     const auto node = static_cast<std::size_t>(in.destination.node);
     const auto replica = static_cast<std::size_t>(in.destination.replica);
     if (node >= run->actors.size() || replica >= run->actors[node].size() ||
@@ -256,6 +258,7 @@ class InboundBatcher {
 
   void flush() {
     for (auto& b : batches_) send(b);
+    held_.reset();
   }
 
  private:
@@ -286,6 +289,7 @@ class InboundBatcher {
   }
 
   std::weak_ptr<RunState> run_;
+  std::shared_ptr<RunState> held_;
   int unit_;
   std::vector<Batch> batches_;
 };

@@ -601,14 +601,28 @@ class StageHost final : public StageContext {
       if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
-    transport::WireHeader h;
-    h.edge = static_cast<std::uint32_t>(edge);
-    h.from_replica = static_cast<std::uint32_t>(replica_);
-    h.epoch = run_->epoch;
-    h.envelope = e.header();
-    h.payload_id = std::string(e.payload()->identifier());
-    transport().send_deliver(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h,
-                             e.payload());
+    transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::deliver, node, replica, edge);
+    m.header.envelope = e.header();
+    m.header.payload_id = std::string(e.payload()->identifier());
+    m.payload = e.payload();
+  }
+
+  /// A message for another unit, queued to go with the others this handler
+  /// makes (in order, one hand-over to the transport thread).
+  transport::OutboundMessage& post_remote(int unit, transport::FrameKind kind, int node, int replica, int edge) {
+    if (remote_.size() >= kMaxBatch) flush_remote();
+    transport::OutboundMessage& m = remote_.emplace_back();
+    m.unit = unit;
+    m.destination = transport::Destination{kind, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica),
+                                           run_->epoch};
+    m.header.edge = static_cast<std::uint32_t>(edge);
+    m.header.from_replica = static_cast<std::uint32_t>(replica_);
+    m.header.epoch = run_->epoch;
+    return m;
+  }
+
+  void flush_remote() {
+    if (!remote_.empty()) transport().send(remote_);
   }
 
   void send_batch(Batch& b) {
@@ -627,6 +641,7 @@ class StageHost final : public StageContext {
     for (auto& b : outbox_) {
       if (!b.envelopes.empty()) send_batch(b);
     }
+    flush_remote();
   }
 
   void post_eos(int node, int replica, int edge) {
@@ -638,11 +653,7 @@ class StageHost final : public StageContext {
                   static_cast<std::uint32_t>(replica_));
       return;
     }
-    transport::WireHeader h;
-    h.edge = static_cast<std::uint32_t>(edge);
-    h.from_replica = static_cast<std::uint32_t>(replica_);
-    h.epoch = run_->epoch;
-    transport().send_eos(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h);
+    post_remote(unit, transport::FrameKind::eos, node, replica, edge);
   }
 
   void post_ack(int node, int replica, int edge, int credits, int released) {
@@ -653,14 +664,10 @@ class StageHost final : public StageContext {
                   static_cast<std::uint32_t>(released), service_ns_);
       return;
     }
-    transport::WireHeader h;
-    h.edge = static_cast<std::uint32_t>(edge);
-    h.from_replica = static_cast<std::uint32_t>(replica_);
-    h.epoch = run_->epoch;
-    h.credits = static_cast<std::uint32_t>(credits);
-    h.released = static_cast<std::uint32_t>(released);
-    h.service_ns = service_ns_;
-    transport().send_ack(unit, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica), h);
+    transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::ack, node, replica, edge);
+    m.header.credits = static_cast<std::uint32_t>(credits);
+    m.header.released = static_cast<std::uint32_t>(released);
+    m.header.service_ns = service_ns_;
   }
 
   // -- sources ------------------------------------------------------------
@@ -756,6 +763,7 @@ class StageHost final : public StageContext {
   std::vector<OutEdge> out_;
   std::vector<Dispatch> dispatches_;
   std::vector<Batch> outbox_;
+  std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
   std::deque<Item> queue_;
 
   std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks

@@ -38,19 +38,24 @@ void admit_public_keys(const std::vector<std::string>& keys) {
 
 namespace {
 
-/// Most frames read per socket per wake-up, so one busy peer cannot starve others.
+/// Most messages read per socket per wake-up, so one busy peer cannot starve others.
 constexpr int kReceiveBatch = 256;
 /// Frames kept of one message; the rest are read and discarded.
 constexpr std::size_t kMaxFrames = 4;
+/// A pack is sent once it holds this many bytes or records. Received
+/// payloads are views of their pack, so one envelope still in flight keeps its
+/// whole pack: at most this many bytes each.
+constexpr std::size_t kMaxPackBytes = 64u << 10;
+constexpr std::size_t kMaxPackRecords = 512;
 
 void free_detached(void*, void* hint) { delete static_cast<flatbuffers::DetachedBuffer*>(hint); }
 void free_payload(void*, void* hint) { delete static_cast<PayloadPtr*>(hint); }
 
-struct Outgoing {
-  int unit;
-  Destination destination;
-  flatbuffers::DetachedBuffer header;
-  PayloadPtr payload;
+/// A message ready for its socket: every frame made, the routing frame first
+/// on the ROUTER. Kept whole while the socket cannot take it.
+struct Built {
+  std::vector<zmq::message_t> parts;
+  std::uint32_t envelopes = 0;
 };
 
 }  // namespace
@@ -59,7 +64,7 @@ struct Transport::Impl {
   Impl(zmq::context_t& ctx, TransportConfig cfg, Handler h, TransportCounters& c)
       : context(ctx), config(std::move(cfg)), handler(std::move(h)), counters(c), router(ctx, zmq::socket_type::router) {
     dealers.resize(config.peers.size());
-    retry.resize(config.peers.size() * 2);
+    lanes = std::vector<Lane>(config.peers.size() * 2);  // made in place: a Lane cannot be copied
   }
 
   zmq::context_t& context;
@@ -73,11 +78,21 @@ struct Transport::Impl {
   int wake_fd = -1;
 
   std::mutex mutex;
-  std::vector<Outgoing> queue;  // guarded by mutex
-  /// Transport thread only: sends that met a full or unready socket, per
-  /// (unit, socket) so that one dead peer holds up nobody else.
-  std::vector<std::deque<Outgoing>> retry;
-  std::size_t retrying = 0;
+  std::vector<OutboundMessage> queue;  // guarded by mutex
+  std::vector<OutboundMessage> taken;  // transport thread: the last batch taken from queue
+  /// Transport thread only: one lane per (unit, socket), the DEALER to that
+  /// unit or the ROUTER's connection from it, so that one dead or slow peer
+  /// holds up nobody else. Messages wait in their lane while its socket
+  /// cannot take them; packs are filled per lane.
+  struct Lane {
+    std::deque<Built> waiting;
+    PackWriter pack;
+    std::uint32_t packed = 0;  // envelopes in `pack`
+  };
+  std::vector<Lane> lanes;
+  std::size_t retrying = 0;  // messages waiting in all lanes
+  flatbuffers::FlatBufferBuilder header_builder{256};
+  std::vector<std::array<FrameView, 3>> records;  // of the pack being read
   std::atomic<bool> stopping{false};
   std::thread thread;
 
@@ -124,53 +139,126 @@ struct Transport::Impl {
     return *d;
   }
 
-  void push(Outgoing o) {
+  void push(std::vector<OutboundMessage>& messages) {
+    if (messages.empty()) return;
     bool was_empty = false;
     {
       std::lock_guard<std::mutex> lock(mutex);
       was_empty = queue.empty() && control_queue.empty();
-      queue.push_back(std::move(o));
+      if (queue.empty()) {
+        queue.swap(messages);
+      } else {
+        queue.insert(queue.end(), std::make_move_iterator(messages.begin()), std::make_move_iterator(messages.end()));
+      }
     }
-    if (was_empty) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
-    }
+    messages.clear();
+    if (was_empty) wake();
   }
 
-  /// Sends one message; false when the socket cannot take it now.
-  bool send_now(Outgoing& o) {
-    zmq::socket_t* socket = nullptr;
-    const bool ack = o.destination.kind == FrameKind::ack;
-    if (ack) {
-      socket = &router;
-    } else {
-      socket = &dealer(o.unit);
+  void push(OutboundMessage&& m) {
+    bool was_empty = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      was_empty = queue.empty() && control_queue.empty();
+      queue.push_back(std::move(m));
     }
+    if (was_empty) wake();
+  }
+
+  void wake() const {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  static std::size_t lane_of(const OutboundMessage& m) {
+    return static_cast<std::size_t>(m.unit) * 2 + (m.destination.kind == FrameKind::ack ? 1 : 0);
+  }
+
+  /// A new message for lane `lane`, with the ROUTER's routing frame when it
+  /// goes back to a unit that connected to us (acks).
+  Built start_message(std::size_t lane) const {
+    Built b;
+    if (lane % 2 == 1) {
+      const std::string& id = config.peers[lane / 2].unit_id;
+      b.parts.emplace_back(id.data(), id.size());
+    }
+    return b;
+  }
+
+  /// Ends the lane's pack (if any) as one message in its queue.
+  void close_pack(std::size_t lane) {
+    Lane& l = lanes[lane];
+    if (l.packed == 0) return;
+    Built b = start_message(lane);
+    b.parts.emplace_back(l.pack.data(), l.pack.size());  // one copy, into ZeroMQ's own message
+    b.envelopes = l.packed;
+    l.pack.clear();
+    l.packed = 0;
+    l.waiting.push_back(std::move(b));
+    ++retrying;
+  }
+
+  /// Most bytes of one message a peer accepts (its ZMQ_MAXMSGSIZE).
+  std::size_t max_message_bytes() const { return config.limits.max_payload_bytes + config.limits.max_header_bytes; }
+
+  /// Turns a queued message into frames: into its lane's pack when it is
+  /// small, else (after the pack, to keep the lane's order) a message of its
+  /// own whose payload ZeroMQ takes without a copy.
+  void build(OutboundMessage& m) {
+    const std::size_t lane = lane_of(m);
+    Lane& l = lanes[lane];
+    const std::size_t payload_size = m.payload ? m.payload->size() : 0;
+    const std::size_t record = pack_record_size(kRecordHeaderSize, payload_size);
+    const std::size_t pack_limit = std::min(kMaxPackBytes, max_message_bytes());
+    const bool small = !m.payload || payload_size <= config.pack_below_bytes;
+    if (small && kPackHeadSize + record <= pack_limit) {
+      if (l.packed > 0 && (l.pack.size() + record > pack_limit || l.packed >= kMaxPackRecords)) close_pack(lane);
+      alignas(8) std::uint8_t header[kRecordHeaderSize];
+      encode_record_header(m.header, header);
+      l.pack.add(m.destination, header, sizeof header, m.payload ? m.payload->data() : nullptr, payload_size);
+      ++l.packed;
+      return;
+    }
+    close_pack(lane);
+    encode_header(m.header, header_builder);
+    const std::uint8_t* header = header_builder.GetBufferPointer();
+    const std::size_t header_size = header_builder.GetSize();
+    Built b = start_message(lane);
+    zmq::message_t dest(kDestinationSize);
+    encode_destination(m.destination, static_cast<std::uint8_t*>(dest.data()));
+    b.parts.push_back(std::move(dest));
+    b.parts.emplace_back(header, header_size);
+    if (m.payload) {
+      auto* ref = new PayloadPtr(std::move(m.payload));
+      b.parts.emplace_back(const_cast<std::uint8_t*>((*ref)->data()), (*ref)->size(), free_payload, ref);
+    } else {
+      b.parts.emplace_back();
+    }
+    b.envelopes = 1;
+    l.waiting.push_back(std::move(b));
+    ++retrying;
+  }
+
+  /// Sends one built message; false when the socket cannot take it now.
+  bool send_now(std::size_t lane, Built& b) {
+    const bool ack = lane % 2 == 1;
+    zmq::socket_t& socket = ack ? router : dealer(static_cast<int>(lane / 2));
     try {
-      if (ack) {
-        const std::string& id = config.peers[static_cast<std::size_t>(o.unit)].unit_id;
-        if (!socket->send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      // The first part decides: once it is accepted, ZeroMQ queues the rest
+      // of the multipart message atomically.
+      const std::size_t last = b.parts.size() - 1;
+      if (!socket.send(b.parts[0], last == 0 ? zmq::send_flags::dontwait
+                                             : zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return false;
       }
-      zmq::message_t dest(kDestinationSize);
-      encode_destination(o.destination, static_cast<std::uint8_t*>(dest.data()));
-      // With the routing frame gone (or none), the rest of a multipart message
-      // is queued atomically: once the first part is accepted, the others are.
-      if (!socket->send(dest, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
-      auto* header = new flatbuffers::DetachedBuffer(std::move(o.header));
-      zmq::message_t header_msg(header->data(), header->size(), free_detached, header);
-      socket->send(header_msg, zmq::send_flags::sndmore);
-      if (o.payload) {
-        auto* ref = new PayloadPtr(std::move(o.payload));
-        zmq::message_t payload(const_cast<std::uint8_t*>((*ref)->data()), (*ref)->size(), free_payload, ref);
-        socket->send(payload, zmq::send_flags::none);
-      } else {
-        socket->send(zmq::message_t(), zmq::send_flags::none);
+      for (std::size_t i = 1; i <= last; ++i) {
+        socket.send(b.parts[i], i == last ? zmq::send_flags::none : zmq::send_flags::sndmore);
       }
-      counters.sent.fetch_add(1, std::memory_order_relaxed);
+      counters.sent.fetch_add(b.envelopes, std::memory_order_relaxed);
       return true;
     } catch (const zmq::error_t& e) {
-      // EHOSTUNREACH: the peer that should get this ack is gone.
-      counters.send_failed.fetch_add(1, std::memory_order_relaxed);
+      // EHOSTUNREACH: the peer that should get these acks is gone.
+      counters.send_failed.fetch_add(b.envelopes, std::memory_order_relaxed);
       log(std::string("send failed: ") + e.what());
       return true;
     }
@@ -221,31 +309,25 @@ struct Transport::Impl {
   }
 
   void flush_outgoing() {
-    std::vector<Outgoing> batch;
     std::deque<flatbuffers::DetachedBuffer> control_batch;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      batch.swap(queue);
+      taken.swap(queue);  // both keep their capacity from one flush to the next
       control_batch.swap(control_queue);
     }
     if (control) {
       for (auto& c : control_batch) send_control_now(std::move(c));
       heartbeat();
     }
-    if (retrying > 0) {
-      for (auto& waiting : retry) {
-        while (!waiting.empty() && send_now(waiting.front())) {
-          waiting.pop_front();
-          --retrying;
-        }
-      }
-    }
-    for (auto& o : batch) {
-      // Keep order per connection: once one waits, later ones wait behind it.
-      auto& waiting = retry[static_cast<std::size_t>(o.unit) * 2 + (o.destination.kind == FrameKind::ack ? 1 : 0)];
-      if (!waiting.empty() || !send_now(o)) {
-        waiting.push_back(std::move(o));
-        ++retrying;
+    for (auto& m : taken) build(m);
+    taken.clear();
+    for (std::size_t lane = 0; lane < lanes.size(); ++lane) close_pack(lane);
+    if (retrying == 0) return;
+    for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
+      auto& waiting = lanes[lane].waiting;
+      while (!waiting.empty() && send_now(lane, waiting.front())) {
+        waiting.pop_front();
+        --retrying;
       }
     }
   }
@@ -290,6 +372,10 @@ struct Transport::Impl {
       first = 1;
     }
     const std::size_t parts = count - first;
+    if (parts == 1) {
+      handle_pack(frames[first]);
+      return;
+    }
     std::array<FrameView, kMaxFrames> views{};
     const std::size_t kept = std::min(parts, kMaxFrames);
     for (std::size_t i = 0; i < kept; ++i) {
@@ -300,18 +386,54 @@ struct Transport::Impl {
       zmq::message_t& m = frames[first + 2];
       const auto* data = static_cast<const std::uint8_t*>(m.data());
       // FlatBuffers wants its buffer aligned; large messages are, tiny ones may not be.
-      if (reinterpret_cast<std::uintptr_t>(data) % 8 != 0) return Payload::copy_of(data, m.size());
+      if (!is_wire_aligned(data)) return Payload::copy_of(data, m.size());
       auto holder = std::make_shared<zmq::message_t>(std::move(m));
       return Payload::wrap(static_cast<const std::uint8_t*>(holder->data()), holder->size(), holder);
     };
     auto inbound = decode_message(views.data(), parts, config.limits, &why, adopt);
     if (!inbound) {
-      counters.rejected[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
-      log(std::string("inbound message dropped: ") + to_string(why));
+      reject(why);
       return;
     }
     counters.received.fetch_add(1, std::memory_order_relaxed);
     handler(std::move(*inbound));
+  }
+
+  /// A pack: its framing is checked first, then each record on its own; a
+  /// record that fails is dropped and counted, the others are delivered.
+  /// Payloads are views of the frame (of one aligned copy of it, when ZeroMQ
+  /// placed it at an address FlatBuffers cannot read in place).
+  void handle_pack(zmq::message_t& frame) {
+    std::shared_ptr<const void> owner;
+    FrameView pack{static_cast<const std::uint8_t*>(frame.data()), frame.size()};
+    if (is_wire_aligned(pack.data)) {
+      owner = std::make_shared<zmq::message_t>(std::move(frame));
+    } else {
+      PayloadPtr copy = Payload::copy_of(pack.data, pack.size);
+      pack.data = copy->data();
+      owner = std::move(copy);
+    }
+    const Rejection framing = split_pack(pack, config.limits, &records);
+    if (framing != Rejection::none) {
+      reject(framing);
+      return;
+    }
+    for (const auto& record : records) {
+      Rejection why = Rejection::none;
+      auto adopt = [&]() -> PayloadPtr { return Payload::wrap(record[2].data, record[2].size, owner); };
+      auto inbound = decode_record(record, config.limits, &why, adopt);
+      if (!inbound) {
+        reject(why);
+        continue;
+      }
+      counters.received.fetch_add(1, std::memory_order_relaxed);
+      handler(std::move(*inbound));
+    }
+  }
+
+  void reject(Rejection why) {
+    counters.rejected[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+    log(std::string("inbound message dropped: ") + to_string(why));
   }
 
   void run() {
@@ -447,34 +569,23 @@ void Transport::send_control(flatbuffers::DetachedBuffer message) {
     was_empty = impl_->queue.empty() && impl_->control_queue.empty();
     impl_->control_queue.push_back(std::move(message));
   }
-  if (was_empty) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(impl_->wake_fd, &one, sizeof one);
-  }
+  if (was_empty) impl_->wake();
 }
 
-namespace {
-
-flatbuffers::DetachedBuffer header_buffer(const WireHeader& h) {
-  flatbuffers::FlatBufferBuilder fbb(256);
-  encode_header(h, fbb);
-  return fbb.Release();
-}
-
-}  // namespace
+void Transport::send(std::vector<OutboundMessage>& messages) { impl_->push(messages); }
 
 void Transport::send_deliver(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header,
                              PayloadPtr payload) {
-  impl_->push(Outgoing{unit, Destination{FrameKind::deliver, node, replica, header.epoch}, header_buffer(header),
-                       std::move(payload)});
+  impl_->push(OutboundMessage{unit, Destination{FrameKind::deliver, node, replica, header.epoch}, header,
+                              std::move(payload)});
 }
 
 void Transport::send_eos(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header) {
-  impl_->push(Outgoing{unit, Destination{FrameKind::eos, node, replica, header.epoch}, header_buffer(header), nullptr});
+  impl_->push(OutboundMessage{unit, Destination{FrameKind::eos, node, replica, header.epoch}, header, nullptr});
 }
 
 void Transport::send_ack(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header) {
-  impl_->push(Outgoing{unit, Destination{FrameKind::ack, node, replica, header.epoch}, header_buffer(header), nullptr});
+  impl_->push(OutboundMessage{unit, Destination{FrameKind::ack, node, replica, header.epoch}, header, nullptr});
 }
 
 }  // namespace swarmflow::transport

@@ -64,6 +64,20 @@ struct TransportConfig {
   std::string control_endpoint;
   std::string coordinator_public_key;
   int heartbeat_ms = 100;
+  /// Envelopes whose payload is at most this many bytes, and every ack and
+  /// end-of-stream mark, travel packed many to a frame (their payload is
+  /// copied once into the pack); larger payloads go to ZeroMQ without a copy.
+  /// 0 packs nothing but acks and end-of-stream marks.
+  std::size_t pack_below_bytes = 1024;
+};
+
+/// One message for another unit: where it goes, its header, and (deliver)
+/// its payload.
+struct OutboundMessage {
+  int unit = 0;
+  Destination destination;
+  WireHeader header;
+  PayloadPtr payload;
 };
 
 /// Counters of one unit's data plane; all monotonic.
@@ -107,8 +121,11 @@ class Transport {
   /// Stops the thread and closes the sockets (waiting at most linger_ms).
   void stop();
 
-  /// Queues an envelope for replica `node/replica` on unit `unit`. The payload
-  /// is handed to ZeroMQ without a copy. Thread-safe.
+  /// Queues messages, in order, and empties `messages`; one lock and at most
+  /// one wake-up for all of them. Thread-safe.
+  void send(std::vector<OutboundMessage>& messages);
+  /// Queues an envelope for replica `node/replica` on unit `unit`. A payload
+  /// above pack_below_bytes is handed to ZeroMQ without a copy. Thread-safe.
   void send_deliver(int unit, std::uint32_t node, std::uint32_t replica, const WireHeader& header,
                     PayloadPtr payload);
   /// Queues an end-of-stream mark. Thread-safe.

@@ -1,6 +1,8 @@
 #include "transport/wire.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -98,16 +100,43 @@ class TypeTable {
     std::lock_guard<std::mutex> lock(mutex_);
     functions_.push_back(std::move(verify));
     by_id_[id] = &functions_.back();
+    generation_.fetch_add(1, std::memory_order_release);
   }
 
+  // Every inbound envelope looks its type up, so each thread keeps the types
+  // it has seen in a small cache, emptied whenever a type is added.
   const PayloadTypes::Verify* find(std::string_view id) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = by_id_.find(id);
-    return it == by_id_.end() ? nullptr : it->second;
+    struct Cached {
+      std::uint32_t key;
+      const PayloadTypes::Verify* verify;
+    };
+    thread_local std::uint64_t seen = 0;
+    thread_local std::array<Cached, 8> cache{};
+    thread_local std::size_t cached = 0;
+    if (id.size() != flatbuffers::kFileIdentifierLength) return nullptr;
+    std::uint32_t key = 0;
+    std::memcpy(&key, id.data(), sizeof key);
+    const std::uint64_t now = generation_.load(std::memory_order_acquire);
+    if (now != seen) {
+      seen = now;
+      cached = 0;
+    }
+    for (std::size_t i = 0; i < cached; ++i) {
+      if (cache[i].key == key) return cache[i].verify;
+    }
+    const PayloadTypes::Verify* found = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = by_id_.find(id);
+      if (it != by_id_.end()) found = it->second;
+    }
+    if (found != nullptr && cached < cache.size()) cache[cached++] = Cached{key, found};
+    return found;
   }
 
  private:
   mutable std::mutex mutex_;
+  std::atomic<std::uint64_t> generation_{1};
   std::deque<PayloadTypes::Verify> functions_;
   std::map<std::string, const PayloadTypes::Verify*, std::less<>> by_id_;
 };
@@ -241,6 +270,72 @@ std::optional<WireHeader> decode_header(const std::uint8_t* data, std::size_t si
   return h;
 }
 
+// -- record header -------------------------------------------------------------
+
+static_assert(sizeof(schema::RecordHeader) == kRecordHeaderSize, "RecordHeader's layout changed");
+
+namespace {
+
+std::uint32_t identifier_bits(std::string_view id) {
+  if (id.size() != flatbuffers::kFileIdentifierLength) return 0;
+  return get_u32(reinterpret_cast<const std::uint8_t*>(id.data()));
+}
+
+}  // namespace
+
+void encode_record_header(const WireHeader& h, std::uint8_t* out) {
+  const std::size_t hops = std::min<std::size_t>(h.envelope.hop_count, kMaxHops);
+  std::array<std::int64_t, kMaxHops> hop_ns{};
+  std::copy_n(h.envelope.hop_ns.begin(), hops, hop_ns.begin());
+  const schema::RecordHeader r(h.edge, h.from_replica, h.epoch, identifier_bits(h.payload_id), h.credits, h.released,
+                               h.envelope.stream, h.envelope.seq, h.envelope.capture_ns, h.envelope.vote_key,
+                               h.envelope.part_id, h.service_ns, h.envelope.confidence,
+                               static_cast<std::uint8_t>(hops), 0, 0,
+                               flatbuffers::span<const std::int64_t, kMaxHops>(hop_ns.data(), kMaxHops));
+  std::memcpy(out, &r, sizeof r);
+}
+
+std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::size_t size, Rejection* why) {
+  if (size != sizeof(schema::RecordHeader)) {
+    set(why, Rejection::header_size);
+    return std::nullopt;
+  }
+  schema::RecordHeader r;
+  std::memcpy(&r, data, sizeof r);  // a copy, so that any alignment will do
+  const std::uint32_t id = r.payload_id();
+  std::uint8_t id_bytes[4];
+  put_u32(id_bytes, id);
+  bool ok = r.hop_count() <= kMaxHops && r.reserved_a() == 0 && r.reserved_b() == 0 &&
+            (id == 0 || (id_bytes[0] != 0 && id_bytes[1] != 0 && id_bytes[2] != 0 && id_bytes[3] != 0)) &&
+            std::isfinite(r.confidence()) && std::isfinite(r.service_ns()) && r.service_ns() >= 0;
+  const auto* hops = r.hop_ns();
+  for (std::size_t i = r.hop_count(); ok && i < kMaxHops; ++i) ok = hops->Get(static_cast<flatbuffers::uoffset_t>(i)) == 0;
+  if (!ok) {
+    set(why, Rejection::header_invalid);
+    return std::nullopt;
+  }
+  WireHeader h;
+  h.edge = r.edge();
+  h.from_replica = r.from_replica();
+  h.epoch = r.epoch();
+  h.envelope.stream = r.stream();
+  h.envelope.seq = r.seq();
+  h.envelope.capture_ns = r.capture_ns();
+  h.envelope.confidence = r.confidence();
+  h.envelope.vote_key = r.vote_key();
+  h.envelope.part_id = r.part_id();
+  h.envelope.hop_count = r.hop_count();
+  for (std::size_t i = 0; i < h.envelope.hop_count; ++i) {
+    h.envelope.hop_ns[i] = hops->Get(static_cast<flatbuffers::uoffset_t>(i));
+  }
+  if (id != 0) h.payload_id.assign(reinterpret_cast<const char*>(id_bytes), sizeof id_bytes);
+  h.credits = r.credits();
+  h.released = r.released();
+  h.service_ns = r.service_ns();
+  set(why, Rejection::none);
+  return h;
+}
+
 // -- payload -------------------------------------------------------------------
 
 void PayloadTypes::add(const std::string& identifier, Verify verify) {
@@ -274,7 +369,132 @@ Rejection verify_payload(std::string_view payload_id, const std::uint8_t* data, 
   return (*verify)(verifier) ? Rejection::none : Rejection::payload_invalid;
 }
 
+// -- packs ---------------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint8_t kPackMagic[4] = {'S', 'F', 'P', 'K'};
+
+constexpr std::size_t pad8(std::size_t n) { return (n + 7) & ~static_cast<std::size_t>(7); }
+
+bool zeros(const std::uint8_t* data, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (data[i] != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::size_t pack_record_size(std::size_t header_size, std::size_t payload_size) {
+  return kRecordPrefixSize + pad8(header_size) + pad8(payload_size);
+}
+
+void PackWriter::clear() {
+  bytes_.clear();
+  records_ = 0;
+}
+
+void PackWriter::add(const Destination& d, const std::uint8_t* header, std::size_t header_size,
+                     const std::uint8_t* payload, std::size_t payload_size) {
+  if (records_ == 0) {
+    bytes_.assign(kPackHeadSize, 0);
+    std::memcpy(bytes_.data(), kPackMagic, sizeof kPackMagic);
+    bytes_[4] = kPackVersion;
+  }
+  const std::size_t at = bytes_.size();
+  bytes_.resize(at + pack_record_size(header_size, payload_size), 0);
+  std::uint8_t* out = bytes_.data() + at;
+  put_u32(out, static_cast<std::uint32_t>(header_size));
+  put_u32(out + 4, static_cast<std::uint32_t>(payload_size));
+  encode_destination(d, out + 8);
+  out += kRecordPrefixSize;
+  if (header_size > 0) std::memcpy(out, header, header_size);
+  out += pad8(header_size);
+  if (payload_size > 0) std::memcpy(out, payload, payload_size);
+  ++records_;
+  put_u32(bytes_.data() + 8, records_);
+}
+
+bool is_pack(const FrameView& frame) {
+  return frame.size >= sizeof kPackMagic && std::memcmp(frame.data, kPackMagic, sizeof kPackMagic) == 0;
+}
+
+Rejection split_pack(const FrameView& pack, const WireLimits& limits, std::vector<std::array<FrameView, 3>>* records) {
+  records->clear();
+  if (pack.size < kPackHeadSize || !is_pack(pack) || pack.data[4] != kPackVersion || !zeros(pack.data + 5, 3) ||
+      !zeros(pack.data + 12, 4)) {
+    return Rejection::part_count;
+  }
+  const std::uint32_t count = get_u32(pack.data + 8);
+  // Every record takes at least kRecordPrefixSize bytes: a count that cannot
+  // fit is refused before anything is reserved for it.
+  if (count == 0 || count > limits.max_pack_records || count > (pack.size - kPackHeadSize) / kRecordPrefixSize) {
+    return Rejection::part_count;
+  }
+  records->reserve(count);
+  std::size_t at = kPackHeadSize;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (pack.size - at < kRecordPrefixSize) break;
+    const std::uint8_t* record = pack.data + at;
+    const std::size_t header_size = get_u32(record);
+    const std::size_t payload_size = get_u32(record + 4);
+    const std::size_t left = pack.size - at - kRecordPrefixSize;
+    if (header_size > left || pad8(header_size) > left || payload_size > left - pad8(header_size) ||
+        pad8(payload_size) > left - pad8(header_size)) {
+      break;
+    }
+    const std::uint8_t* header = record + kRecordPrefixSize;
+    const std::uint8_t* payload = header + pad8(header_size);
+    if (!zeros(header + header_size, pad8(header_size) - header_size) ||
+        !zeros(payload + payload_size, pad8(payload_size) - payload_size)) {
+      break;
+    }
+    records->push_back({FrameView{record + 8, kDestinationSize}, FrameView{header, header_size},
+                        FrameView{payload_size == 0 ? nullptr : payload, payload_size}});
+    at += pack_record_size(header_size, payload_size);
+  }
+  if (records->size() != count || at != pack.size) {
+    records->clear();
+    return Rejection::part_count;
+  }
+  return Rejection::none;
+}
+
 // -- whole message -------------------------------------------------------------
+
+namespace {
+
+/// The checks after the header's: the payload's size, type and Verifier.
+std::optional<Inbound> finish(const Destination& destination, WireHeader&& header, const FrameView& payload_frame,
+                              const WireLimits& limits, Rejection* why,
+                              const std::function<PayloadPtr()>& adopt_payload) {
+  Inbound in;
+  in.destination = destination;
+  in.header = std::move(header);
+  if (destination.kind != FrameKind::deliver) {
+    if (payload_frame.size != 0) {
+      set(why, Rejection::payload_size);
+      return std::nullopt;
+    }
+    set(why, Rejection::none);
+    return in;
+  }
+  const Rejection r = verify_payload(in.header.payload_id, payload_frame.data, payload_frame.size, limits);
+  if (r != Rejection::none) {
+    set(why, r);
+    return std::nullopt;
+  }
+  in.payload = adopt_payload ? adopt_payload() : nullptr;
+  if (!in.payload || in.payload->size() != payload_frame.size || !is_wire_aligned(in.payload->data())) {
+    set(why, Rejection::payload_invalid);
+    return std::nullopt;
+  }
+  set(why, Rejection::none);
+  return in;
+}
+
+}  // namespace
 
 std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count, const WireLimits& limits,
                                       Rejection* why, const std::function<PayloadPtr()>& adopt_payload) {
@@ -304,30 +524,27 @@ std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count
     return std::nullopt;
   }
 
-  Inbound in;
-  in.destination = *destination;
-  in.header = std::move(*header);
-  if (!deliver) {
-    if (payload_frame.size != 0) {
-      set(why, Rejection::payload_size);
-      return std::nullopt;
-    }
-    set(why, Rejection::none);
-    return in;
-  }
+  return finish(*destination, std::move(*header), payload_frame, limits, why, adopt_payload);
+}
 
-  r = verify_payload(in.header.payload_id, payload_frame.data, payload_frame.size, limits);
-  if (r != Rejection::none) {
+std::optional<Inbound> decode_record(const std::array<FrameView, 3>& record, const WireLimits& limits, Rejection* why,
+                                     const std::function<PayloadPtr()>& adopt_payload) {
+  auto destination = decode_destination(record[0].data, record[0].size);
+  if (!destination) {
+    set(why, Rejection::destination);
+    return std::nullopt;
+  }
+  Rejection r = Rejection::none;
+  auto header = decode_record_header(record[1].data, record[1].size, &r);
+  if (!header) {
     set(why, r);
     return std::nullopt;
   }
-  in.payload = adopt_payload ? adopt_payload() : nullptr;
-  if (!in.payload || in.payload->size() != payload_frame.size || !is_wire_aligned(in.payload->data())) {
-    set(why, Rejection::payload_invalid);
+  if (destination->kind == FrameKind::deliver && header->payload_id.empty()) {
+    set(why, Rejection::header_invalid);
     return std::nullopt;
   }
-  set(why, Rejection::none);
-  return in;
+  return finish(*destination, std::move(*header), record[2], limits, why, adopt_payload);
 }
 
 }  // namespace swarmflow::transport

@@ -7,13 +7,18 @@
 //   u32 consumer node (deliver, eos) or producer node (ack), u32 replica, u32 epoch.
 // - header: a FlatBuffer `swarmflow.schema.EnvelopeHeader` ("SFEH").
 // - payload: the envelope's FlatBuffer for deliver; empty for ack and eos.
+// Small messages may instead travel many to a frame, as the records of one
+// pack (see PackWriter); each record holds the same three parts and passes
+// the same checks. docs/wire.md has the byte layout.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -40,6 +45,12 @@ struct Destination {
   std::uint32_t epoch = 0;    ///< placement epoch the sender believes in
 };
 
+/// One received frame, not owned.
+struct FrameView {
+  const std::uint8_t* data = nullptr;
+  std::size_t size = 0;
+};
+
 /// Everything the header frame carries, decoded.
 struct WireHeader {
   std::uint32_t edge = 0;
@@ -58,12 +69,13 @@ struct WireLimits {
   std::size_t max_payload_bytes = 64u << 20;  ///< also set as ZMQ_MAXMSGSIZE
   flatbuffers::uoffset_t max_depth = 16;
   flatbuffers::uoffset_t max_tables = 4096;
+  std::size_t max_pack_records = 4096;  ///< records in one pack frame
 };
 
 /// Why an inbound message was dropped; each reason has its own counter.
 enum class Rejection {
   none,
-  part_count,         ///< not exactly three frames
+  part_count,         ///< neither three frames nor one well-formed pack
   destination,        ///< wrong size, version or kind
   header_size,        ///< empty or above max_header_bytes
   header_invalid,     ///< wrong identifier or fails the Verifier
@@ -103,18 +115,67 @@ class PayloadTypes {
   static const Verify* find(std::string_view identifier);
 };
 
+// -- packs: many small messages in one frame ----------------------------------
+//
+// A pack frame is a 16-byte head ("SFPK", u8 version 1, three zero bytes, u32
+// record count, u32 zero) and then its records, each starting at a multiple
+// of 8 bytes from the frame's start: u32 header size, u32 payload size, the
+// 16-byte destination, the header, zero padding to a multiple of 8, the
+// payload, zero padding to a multiple of 8. Headers and payloads therefore
+// sit 8-byte aligned whenever the frame does, and a received record's payload
+// can be handed on without a copy as a view of the frame.
+
+constexpr std::size_t kPackHeadSize = 16;
+constexpr std::size_t kRecordPrefixSize = 8 + kDestinationSize;
+constexpr std::uint8_t kPackVersion = 1;
+
+/// Size of a record's header: a `swarmflow.schema.RecordHeader` struct.
+constexpr std::size_t kRecordHeaderSize = 144;
+
+/// Writes a record header (kRecordHeaderSize bytes) for `h`.
+void encode_record_header(const WireHeader& h, std::uint8_t* out);
+/// Reads a record header: exactly kRecordHeaderSize bytes, at most kMaxHops
+/// hop times (the unused ones zero), reserved bytes zero, a payload id of 4
+/// non-NUL bytes or none, confidence and service time finite and the service
+/// time not negative. Nothing (and `*why` = header_size or header_invalid)
+/// when it fails.
+std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::size_t size, Rejection* why);
+
+/// Bytes one record takes in a pack.
+std::size_t pack_record_size(std::size_t header_size, std::size_t payload_size);
+
+/// Writes records into one pack frame. Reused: clear() keeps its memory.
+class PackWriter {
+ public:
+  void clear();
+  void add(const Destination& d, const std::uint8_t* header, std::size_t header_size, const std::uint8_t* payload,
+           std::size_t payload_size);
+  std::size_t records() const { return records_; }
+  /// The frame so far (its record count is kept up to date).
+  const std::uint8_t* data() const { return bytes_.data(); }
+  std::size_t size() const { return records_ == 0 ? 0 : bytes_.size(); }
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+  std::uint32_t records_ = 0;
+};
+
+/// Whether `frame` starts like a pack (its framing is checked by split_pack).
+bool is_pack(const FrameView& frame);
+
+/// Checks a pack's framing (head, record count within limits, every record
+/// inside the frame, padding zero, nothing after the last) and fills
+/// `records` with each record's [destination][header][payload], to be
+/// checked one by one with decode_record. Reads nothing else; on a framing
+/// error no record is returned and the result is Rejection::part_count.
+Rejection split_pack(const FrameView& pack, const WireLimits& limits, std::vector<std::array<FrameView, 3>>* records);
+
 /// A decoded, verified inbound message. For deliver, `payload` holds the
 /// bytes (adopted without a copy when they are suitably aligned).
 struct Inbound {
   Destination destination;
   WireHeader header;
   PayloadPtr payload;
-};
-
-/// One received frame, not owned.
-struct FrameView {
-  const std::uint8_t* data = nullptr;
-  std::size_t size = 0;
 };
 
 /// Checks and decodes one inbound message, in this order: part count,
@@ -125,5 +186,11 @@ struct FrameView {
 /// is null, of another size or misaligned is refused as payload_invalid.
 std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count, const WireLimits& limits,
                                       Rejection* why, const std::function<PayloadPtr()>& adopt_payload);
+
+/// decode_message for one record of a pack ([destination][record header]
+/// [payload], as split_pack returns them): the same checks in the same
+/// order, with the record header's own (decode_record_header).
+std::optional<Inbound> decode_record(const std::array<FrameView, 3>& record, const WireLimits& limits, Rejection* why,
+                                     const std::function<PayloadPtr()>& adopt_payload);
 
 }  // namespace swarmflow::transport

@@ -164,6 +164,38 @@ WireHeader eos_header() {
   return h;
 }
 
+// Byte offsets in a RecordHeader (schemas/envelope.fbs; wire.cpp asserts its size).
+constexpr std::size_t kPayloadIdAt = 12;
+constexpr std::size_t kHopCountAt = 76;
+constexpr std::size_t kReservedBAt = 78;
+constexpr std::size_t kHopsAt = 80;
+
+Bytes record_header(const WireHeader& h) {
+  Bytes out(swarmflow::transport::kRecordHeaderSize);
+  swarmflow::transport::encode_record_header(h, out.data());
+  return out;
+}
+
+/// One record of a pack, as PackWriter takes it.
+struct Record {
+  FrameKind kind;
+  Bytes header;
+  Bytes payload;
+};
+
+Bytes pack(const std::vector<Record>& records) {
+  swarmflow::transport::PackWriter w;
+  for (const auto& r : records) {
+    Destination d;
+    d.kind = r.kind;
+    d.node = 3;
+    d.replica = 1;
+    d.epoch = 7;
+    w.add(d, r.header.data(), r.header.size(), r.payload.empty() ? nullptr : r.payload.data(), r.payload.size());
+  }
+  return Bytes(w.data(), w.data() + w.size());
+}
+
 bool write(const std::string& dir, const std::string& name, const Bytes& bytes) {
   std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -246,6 +278,66 @@ int main(int argc, char** argv) {
   seed("reject_payload_invalid-root-offset.bin", {deliver, blob_header, bad_blob});
   seed("reject_payload_invalid-tables.bin", {deliver, header(deliver_header("SFCT")), control_load(20)},
        fuzz::kFlagTightLimits);
+
+  // -- packs: one frame of records, each checked on its own
+  const Record blob_record{FrameKind::deliver, record_header(deliver_header("SFBL")), small_blob};
+  const Record ack_record{FrameKind::ack, record_header(ack_header()), {}};
+  const Record eos_record{FrameKind::eos, record_header(eos_header()), {}};
+  const Bytes mixed = pack({blob_record, {FrameKind::deliver, record_header(deliver_header("SFTK", 0)), tokens()},
+                            {FrameKind::deliver, record_header(deliver_header("SFBL", swarmflow::kMaxHops)), blob(0)},
+                            ack_record, eos_record});
+  seed("valid_pack-mixed.bin", {mixed});
+  seed("valid_pack-misaligned.bin", {mixed}, fuzz::kFlagMisaligned);
+  seed("valid_pack-one.bin", {pack({blob_record})});
+  Bytes bad_magic = mixed;
+  bad_magic[0] = 'X';
+  seed("reject_part_count-pack-magic.bin", {bad_magic});
+  Bytes bad_pack_version = mixed;
+  bad_pack_version[4] = 2;
+  seed("reject_part_count-pack-version.bin", {bad_pack_version});
+  Bytes no_records = mixed;
+  no_records[8] = 0;
+  seed("reject_part_count-pack-count-zero.bin", {no_records});
+  Bytes more_records = mixed;
+  more_records[8] = 6;
+  seed("reject_part_count-pack-count-over.bin", {more_records});
+  Bytes huge_count = mixed;
+  huge_count[11] = 0x7F;
+  seed("reject_part_count-pack-count-huge.bin", {huge_count});
+  Bytes trailing = mixed;
+  trailing.insert(trailing.end(), 8, 0);
+  seed("reject_part_count-pack-trailing.bin", {trailing});
+  Bytes cut = mixed;
+  cut.resize(cut.size() - 8);
+  seed("reject_part_count-pack-cut.bin", {cut});
+  Bytes overrun = pack({blob_record});
+  overrun[swarmflow::transport::kPackHeadSize + 7] = 0x7F;  // payload size far past the end
+  seed("reject_part_count-pack-overrun.bin", {overrun});
+  Bytes padding = pack({{FrameKind::deliver, record_header(deliver_header("SFBL")), Bytes(5, 0)}});
+  padding.back() = 1;  // a padding byte after the payload
+  seed("reject_part_count-pack-padding.bin", {padding});
+  seed("reject_part_count-pack-short.bin", {Bytes(mixed.begin(), mixed.begin() + 12)});
+  seed("reject_header_size-record.bin", {pack({{FrameKind::deliver, Bytes(136, 0), small_blob}})});
+  Bytes many_hops = record_header(deliver_header("SFBL"));
+  many_hops[kHopCountAt] = 9;
+  seed("reject_header_invalid-record-hops.bin", {pack({blob_record, {FrameKind::deliver, many_hops, small_blob}})});
+  Bytes stale_hop = record_header(deliver_header("SFBL", 2));
+  stale_hop[kHopsAt + 7 * 8] = 1;  // a hop past hop_count
+  seed("reject_header_invalid-record-unused-hop.bin", {pack({{FrameKind::deliver, stale_hop, small_blob}})});
+  Bytes reserved = record_header(deliver_header("SFBL"));
+  reserved[kReservedBAt] = 1;
+  seed("reject_header_invalid-record-reserved.bin", {pack({{FrameKind::deliver, reserved, small_blob}})});
+  Bytes nul_id = record_header(deliver_header("SFBL"));
+  nul_id[kPayloadIdAt + 2] = 0;
+  seed("reject_header_invalid-record-payload-id.bin", {pack({{FrameKind::deliver, nul_id, small_blob}})});
+  seed("reject_header_invalid-record-no-payload-id.bin",
+       {pack({{FrameKind::deliver, record_header(eos_header()), small_blob}})});
+  seed("reject_payload_size-record-ack.bin", {pack({{FrameKind::ack, record_header(ack_header()), small_blob}})});
+  seed("reject_payload_size-record-empty.bin", {pack({{FrameKind::deliver, record_header(deliver_header("SFBL")), {}}})});
+  seed("reject_payload_type-record-mismatch.bin",
+       {pack({{FrameKind::deliver, record_header(deliver_header("SFFR")), small_blob}})});
+  seed("reject_payload_invalid-record-root-offset.bin",
+       {pack({eos_record, {FrameKind::deliver, record_header(deliver_header("SFBL")), bad_blob}})});
 
   bool ok = true;
   for (const auto& [name, bytes] : seeds) ok = write(dir, name, bytes) && ok;

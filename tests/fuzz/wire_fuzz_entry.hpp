@@ -12,6 +12,7 @@
 // Each frame gets its own allocation of exactly its size, so AddressSanitizer
 // sees any read past a frame's end.
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -100,14 +101,50 @@ inline std::vector<std::uint8_t> join_wire_input(const std::vector<std::vector<s
   return out;
 }
 
-/// decode_message over a split input, adopting the payload by copying it.
-inline std::optional<Inbound> decode_split_input(const SplitInput& in, Rejection* why) {
-  const FrameView* frames = in.frames.data();
-  const std::size_t count = in.frames.size();
-  return decode_message(frames, count, in.limits, why, [frames, count]() -> PayloadPtr {
-    if (count < 3) return nullptr;
-    return Payload::copy_of(frames[2].data, frames[2].size);
-  });
+/// One message an input held, decoded or refused, with the frames it came from.
+struct DecodedMessage {
+  std::array<FrameView, 3> frames{};
+  bool record = false;  ///< a record of a pack (else a three-frame message)
+  std::optional<Inbound> inbound;
+  Rejection why = Rejection::none;
+};
+
+/// Decodes an input as the transport does: three frames are one message, one
+/// frame is a pack of records, anything else is refused as part_count.
+/// Payloads are adopted by copying them. Returns the first rejection (of the
+/// framing, or of the first message refused), Rejection::none if there is none.
+inline Rejection decode_split_input(const SplitInput& in, std::vector<DecodedMessage>* out) {
+  out->clear();
+  if (in.frames.size() == 1) {
+    std::vector<std::array<FrameView, 3>> records;
+    const Rejection framing = split_pack(in.frames[0], in.limits, &records);
+    if (framing != Rejection::none) return framing;
+    Rejection first = Rejection::none;
+    for (const auto& r : records) {
+      DecodedMessage m;
+      m.frames = r;
+      m.record = true;
+      m.inbound = decode_record(r, in.limits, &m.why, [&r]() { return Payload::copy_of(r[2].data, r[2].size); });
+      if (first == Rejection::none) first = m.why;
+      out->push_back(std::move(m));
+    }
+    return first;
+  }
+  if (in.frames.size() != 3) {
+    DecodedMessage m;
+    m.inbound = decode_message(in.frames.data(), in.frames.size(), in.limits, &m.why, nullptr);
+    const Rejection why = m.why;
+    out->push_back(std::move(m));
+    return why;
+  }
+  DecodedMessage m;
+  m.frames = {in.frames[0], in.frames[1], in.frames[2]};
+  const FrameView payload = in.frames[2];
+  m.inbound = decode_message(in.frames.data(), 3, in.limits, &m.why,
+                             [payload]() { return Payload::copy_of(payload.data, payload.size); });
+  const Rejection why = m.why;
+  out->push_back(std::move(m));
+  return why;
 }
 
 // -- reading verified data -----------------------------------------------------
@@ -218,7 +255,7 @@ inline bool same_header(const WireHeader& a, const WireHeader& b) {
   return a.edge == b.edge && a.from_replica == b.from_replica && a.epoch == b.epoch &&
          a.envelope.stream == b.envelope.stream && a.envelope.seq == b.envelope.seq &&
          a.envelope.capture_ns == b.envelope.capture_ns && a.envelope.confidence == b.envelope.confidence &&
-         a.envelope.vote_key == b.envelope.vote_key && a.payload_id == b.payload_id && a.credits == b.credits &&
+         a.envelope.vote_key == b.envelope.vote_key && a.envelope.part_id == b.envelope.part_id && a.payload_id == b.payload_id && a.credits == b.credits &&
          a.released == b.released && a.service_ns == b.service_ns;
 }
 
@@ -228,33 +265,50 @@ inline bool same_header(const WireHeader& a, const WireHeader& b) {
 inline void wire_fuzz_one(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
   const SplitInput split = split_wire_input(data, size);
-  Rejection why = Rejection::none;
-  const auto in = decode_split_input(split, &why);
-  fuzz_check(in.has_value() == (why == Rejection::none), "result and rejection disagree");
-  if (in) {
-    const FrameView& payload = split.frames[2];
-    if (in->destination.kind == FrameKind::deliver) {
-      fuzz_check(in->payload && in->payload->size() == payload.size &&
-                     std::memcmp(in->payload->data(), payload.data, payload.size) == 0,
+  std::vector<DecodedMessage> messages;
+  decode_split_input(split, &messages);
+  for (const auto& m : messages) {
+    fuzz_check(m.inbound.has_value() == (m.why == Rejection::none), "result and rejection disagree");
+    if (!m.inbound) continue;
+    const FrameView& payload = m.frames[2];
+    if (m.inbound->destination.kind == FrameKind::deliver) {
+      fuzz_check(m.inbound->payload && m.inbound->payload->size() == payload.size &&
+                     std::memcmp(m.inbound->payload->data(), payload.data, payload.size) == 0,
                  "adopted payload differs from its frame");
-      sink = sink + read_payload(in->header.payload_id, in->payload->data());
+      sink = sink + read_payload(m.inbound->header.payload_id, m.inbound->payload->data());
     } else {
-      fuzz_check(!in->payload, "payload adopted for ack or eos");
+      fuzz_check(!m.inbound->payload, "payload adopted for ack or eos");
     }
-    flatbuffers::FlatBufferBuilder fbb;
-    encode_header(in->header, fbb);
     Rejection again = Rejection::none;
-    const auto h = decode_header(fbb.GetBufferPointer(), fbb.GetSize(), split.limits, &again);
-    fuzz_check(h.has_value() && same_header(*h, in->header), "header does not survive a round trip");
+    std::optional<WireHeader> h;
+    if (m.record) {
+      alignas(8) std::uint8_t bytes[kRecordHeaderSize];
+      encode_record_header(m.inbound->header, bytes);
+      h = decode_record_header(bytes, sizeof bytes, &again);
+    } else {
+      flatbuffers::FlatBufferBuilder fbb;
+      encode_header(m.inbound->header, fbb);
+      h = decode_header(fbb.GetBufferPointer(), fbb.GetSize(), split.limits, &again);
+    }
+    fuzz_check(h.has_value() && same_header(*h, m.inbound->header), "header does not survive a round trip");
   }
 
-  // The raw input as a header frame and as a payload of every built-in type.
-  // A verified buffer is only read where it is aligned (libFuzzer's is).
+  // The raw input as a header frame, a record header, a pack and a payload of
+  // every built-in type. A verified buffer is only read where it is aligned
+  // (libFuzzer's is).
   for (const WireLimits& limits : {WireLimits{}, tight_limits()}) {
     Rejection r = Rejection::none;
     const auto h = decode_header(data, size, limits, &r);
     fuzz_check(h.has_value() == (r == Rejection::none), "header result and rejection disagree");
     if (h) sink = sink + h->credits + h->envelope.hop_count + h->payload_id.size();
+    std::vector<std::array<FrameView, 3>> records;
+    if (split_pack(FrameView{data, size}, limits, &records) == Rejection::none) {
+      for (const auto& rec : records) {
+        fuzz_check(rec[0].data >= data && rec[1].data + rec[1].size <= data + size &&
+                       (rec[2].size == 0 || rec[2].data + rec[2].size <= data + size),
+                   "a record reaches outside its pack");
+      }
+    }
     for (const char* id : {schema::BlobIdentifier(), schema::FrameIdentifier(), schema::TokensIdentifier(),
                            schema::VisionResultsIdentifier(), schema::ControlIdentifier()}) {
       if (verify_payload(id, data, size, limits) == Rejection::none && is_wire_aligned(data)) {
@@ -262,6 +316,10 @@ inline void wire_fuzz_one(const std::uint8_t* data, std::size_t size) {
       }
     }
   }
+  Rejection r = Rejection::none;
+  const auto rh = decode_record_header(data, size, &r);
+  fuzz_check(rh.has_value() == (r == Rejection::none), "record header result and rejection disagree");
+  if (rh) sink = sink + rh->credits + rh->envelope.hop_count + rh->payload_id.size();
   (void)sink;
 }
 

@@ -1,6 +1,7 @@
 // Replays the wire fuzzer's committed corpus through the fuzzer's own entry
 // logic, so every compiler and CI run checks the seeds: valid_*.bin decode,
-// reject_<reason>-*.bin are refused for that reason, and every file returns.
+// reject_<reason>-*.bin are refused for that reason (a pack: its framing or
+// its first bad record), and every file returns.
 
 #include <gtest/gtest.h>
 
@@ -65,12 +66,13 @@ TEST(WireCorpus, ValidSeedsDecode) {
     SCOPED_TRACE(s.name);
     ++valid;
     const auto split = fuzz::split_wire_input(s.bytes.data(), s.bytes.size());
-    Rejection why = Rejection::part_count;
-    const auto in = fuzz::decode_split_input(split, &why);
-    EXPECT_TRUE(in.has_value()) << to_string(why);
-    EXPECT_EQ(why, Rejection::none);
+    std::vector<fuzz::DecodedMessage> messages;
+    const Rejection why = fuzz::decode_split_input(split, &messages);
+    EXPECT_EQ(why, Rejection::none) << to_string(why);
+    ASSERT_FALSE(messages.empty());
+    for (const auto& m : messages) EXPECT_TRUE(m.inbound.has_value()) << to_string(m.why);
   }
-  EXPECT_GE(valid, 9U) << "a valid seed of each kind and each built-in payload type";
+  EXPECT_GE(valid, 11U) << "a valid seed of each kind and each built-in payload type, and packs";
 }
 
 TEST(WireCorpus, MalformedSeedsAreRefusedForTheirReason) {
@@ -82,8 +84,8 @@ TEST(WireCorpus, MalformedSeedsAreRefusedForTheirReason) {
     ASSERT_TRUE(expected.has_value()) << "name a malformed seed reject_<reason>-<what>.bin";
     ++malformed;
     const auto split = fuzz::split_wire_input(s.bytes.data(), s.bytes.size());
-    Rejection why = Rejection::none;
-    EXPECT_FALSE(fuzz::decode_split_input(split, &why).has_value());
+    std::vector<fuzz::DecodedMessage> messages;
+    const Rejection why = fuzz::decode_split_input(split, &messages);
     EXPECT_STREQ(to_string(why), to_string(*expected));
   }
   EXPECT_GE(malformed, 7U) << "a malformed seed for each reason";

@@ -557,5 +557,154 @@ TEST(WireRejection, EveryReasonHasAName) {
   EXPECT_STREQ(to_string(Rejection::payload_invalid), "payload_invalid");
 }
 
+// -- packs ---------------------------------------------------------------------
+
+Bytes record_header_bytes(const WireHeader& h) {
+  Bytes out(kRecordHeaderSize);
+  encode_record_header(h, out.data());
+  return out;
+}
+
+/// A pack frame in 8-byte-aligned memory, as ZeroMQ's own messages are.
+struct AlignedPack {
+  std::vector<std::uint64_t> words;
+  FrameView view() const { return FrameView{reinterpret_cast<const std::uint8_t*>(words.data()), size}; }
+  std::size_t size = 0;
+};
+
+AlignedPack aligned(const PackWriter& w) {
+  AlignedPack p;
+  p.size = w.size();
+  p.words.resize((p.size + 7) / 8);
+  std::memcpy(p.words.data(), w.data(), p.size);
+  return p;
+}
+
+TEST(WirePack, RecordHeaderRoundTripsEveryField) {
+  WireHeader h = deliver_header("SFBL");
+  h.envelope.part_id = 1234;
+  h.credits = 3;
+  h.released = 4;
+  h.service_ns = 12.5;
+  for (int i = 2; i < static_cast<int>(kMaxHops); ++i) h.envelope.add_hop(300 + i);
+  const Bytes b = record_header_bytes(h);
+  Rejection why = Rejection::part_count;
+  const auto back = decode_record_header(b.data(), b.size(), &why);
+  ASSERT_TRUE(back.has_value()) << to_string(why);
+  EXPECT_EQ(why, Rejection::none);
+  EXPECT_EQ(back->edge, 2U);
+  EXPECT_EQ(back->from_replica, 1U);
+  EXPECT_EQ(back->epoch, 7U);
+  EXPECT_EQ(back->envelope.stream, 11U);
+  EXPECT_EQ(back->envelope.seq, 42U);
+  EXPECT_EQ(back->envelope.capture_ns, -5);
+  EXPECT_FLOAT_EQ(back->envelope.confidence, 0.25F);
+  EXPECT_EQ(back->envelope.vote_key, 99U);
+  EXPECT_EQ(back->envelope.part_id, 1234U);
+  ASSERT_EQ(back->envelope.hop_count, kMaxHops);
+  EXPECT_EQ(back->envelope.hop_ns[0], 100);
+  EXPECT_EQ(back->envelope.hop_ns[kMaxHops - 1], 300 + static_cast<int>(kMaxHops) - 1);
+  EXPECT_EQ(back->payload_id, "SFBL");
+  EXPECT_EQ(back->credits, 3U);
+  EXPECT_EQ(back->released, 4U);
+  EXPECT_DOUBLE_EQ(back->service_ns, 12.5);
+  // Any alignment will do: the header is copied out, not read in place.
+  Bytes shifted(b.size() + 1);
+  std::memcpy(shifted.data() + 1, b.data(), b.size());
+  EXPECT_TRUE(decode_record_header(shifted.data() + 1, b.size(), &why).has_value());
+}
+
+TEST(WirePack, RecordHeaderRejectsBadSizeAndFields) {
+  Rejection why = Rejection::none;
+  const Bytes good = record_header_bytes(deliver_header("SFBL"));
+  EXPECT_FALSE(decode_record_header(good.data(), good.size() - 8, &why).has_value());
+  EXPECT_EQ(why, Rejection::header_size);
+  WireHeader nan = deliver_header("SFBL");
+  nan.envelope.confidence = std::numeric_limits<float>::quiet_NaN();
+  Bytes b = record_header_bytes(nan);
+  EXPECT_FALSE(decode_record_header(b.data(), b.size(), &why).has_value());
+  EXPECT_EQ(why, Rejection::header_invalid);
+  WireHeader negative = deliver_header("SFBL");
+  negative.service_ns = -1;
+  b = record_header_bytes(negative);
+  EXPECT_FALSE(decode_record_header(b.data(), b.size(), &why).has_value());
+  EXPECT_EQ(why, Rejection::header_invalid);
+}
+
+TEST(WirePack, RecordsRoundTripInOrderAsViewsOfTheFrame) {
+  PackWriter w;
+  const Bytes blob = blob_bytes(64);
+  const Bytes tokens = tokens_bytes();
+  const Bytes blob_h = record_header_bytes(deliver_header("SFBL"));
+  const Bytes tokens_h = record_header_bytes(deliver_header("SFTK"));
+  WireHeader ack;
+  ack.credits = 9;
+  const Bytes ack_h = record_header_bytes(ack);
+  w.add(Destination{FrameKind::deliver, 3, 1, 7}, blob_h.data(), blob_h.size(), blob.data(), blob.size());
+  w.add(Destination{FrameKind::ack, 4, 0, 7}, ack_h.data(), ack_h.size(), nullptr, 0);
+  w.add(Destination{FrameKind::deliver, 3, 2, 7}, tokens_h.data(), tokens_h.size(), tokens.data(), tokens.size());
+  ASSERT_EQ(w.records(), 3U);
+  EXPECT_EQ(w.size(), kPackHeadSize + pack_record_size(kRecordHeaderSize, blob.size()) +
+                          pack_record_size(kRecordHeaderSize, 0) + pack_record_size(kRecordHeaderSize, tokens.size()));
+
+  const AlignedPack p = aligned(w);
+  std::vector<std::array<FrameView, 3>> records;
+  ASSERT_EQ(split_pack(p.view(), WireLimits{}, &records), Rejection::none);
+  ASSERT_EQ(records.size(), 3U);
+  const std::vector<FrameKind> kinds{FrameKind::deliver, FrameKind::ack, FrameKind::deliver};
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(is_wire_aligned(records[i][1].data));
+    if (records[i][2].size > 0) {
+      EXPECT_TRUE(is_wire_aligned(records[i][2].data));
+    }
+    Rejection why = Rejection::part_count;
+    const auto r = records[i];
+    const auto in = decode_record(r, WireLimits{}, &why, [&r, &p]() {
+      return Payload::wrap(r[2].data, r[2].size, std::make_shared<AlignedPack>(p));
+    });
+    ASSERT_TRUE(in.has_value()) << to_string(why);
+    EXPECT_EQ(in->destination.kind, kinds[i]);
+    if (kinds[i] == FrameKind::deliver) {
+      ASSERT_TRUE(in->payload);
+      // The payload is the frame's own bytes, not a copy of them.
+      EXPECT_EQ(in->payload->data(), r[2].data);
+    } else {
+      EXPECT_FALSE(in->payload);
+      EXPECT_EQ(in->header.credits, 9U);
+    }
+  }
+  EXPECT_EQ(records[0][2].size, blob.size());
+  EXPECT_EQ(std::memcmp(records[2][2].data, tokens.data(), tokens.size()), 0);
+
+  w.clear();
+  EXPECT_EQ(w.records(), 0U);
+  EXPECT_EQ(w.size(), 0U);
+}
+
+TEST(WirePack, FramingErrorsRefuseTheWholePack) {
+  PackWriter w;
+  const Bytes blob = blob_bytes(8);
+  const Bytes h = record_header_bytes(deliver_header("SFBL"));
+  for (int i = 0; i < 3; ++i) w.add(Destination{}, h.data(), h.size(), blob.data(), blob.size());
+  std::vector<std::array<FrameView, 3>> records;
+  AlignedPack p = aligned(w);
+  ASSERT_EQ(split_pack(p.view(), WireLimits{}, &records), Rejection::none);
+
+  WireLimits two;
+  two.max_pack_records = 2;
+  EXPECT_EQ(split_pack(p.view(), two, &records), Rejection::part_count);
+  EXPECT_TRUE(records.empty());
+
+  AlignedPack cut = p;
+  cut.size -= 8;
+  EXPECT_EQ(split_pack(cut.view(), WireLimits{}, &records), Rejection::part_count);
+  EXPECT_TRUE(records.empty()) << "no record of a malformed pack is handed on";
+
+  AlignedPack empty;
+  EXPECT_EQ(split_pack(empty.view(), WireLimits{}, &records), Rejection::part_count);
+  EXPECT_FALSE(is_pack(empty.view()));
+}
+
 }  // namespace
 }  // namespace swarmflow::transport
