@@ -14,6 +14,8 @@ packages=(
   libopencv-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  gstreamer1.0-plugins-ugly gstreamer1.0-libav  # x264enc writes H.264, avdec_h264 reads it
+  libgstrtspserver-1.0-dev                      # the RTSP camera of the video tests
 )
 
 missing=()
