@@ -29,6 +29,17 @@ class Payload {
   /// network message, say); no copy.
   static std::shared_ptr<const Payload> wrap(const std::uint8_t* data, std::size_t size,
                                              std::shared_ptr<const void> owner);
+  /// A byte range of a buffer, for wrap_views.
+  struct Range {
+    const std::uint8_t* data = nullptr;
+    std::size_t size = 0;
+  };
+  /// Refers to `count` ranges of one buffer that `owner` keeps alive (the
+  /// records of one received network message), with one allocation for all
+  /// of them; appends them to `out` in order. Every view keeps the buffer,
+  /// and the other views' bookkeeping, alive. No copy.
+  static void wrap_views(const Range* ranges, std::size_t count, std::shared_ptr<const void> owner,
+                         std::vector<std::shared_ptr<const Payload>>* out);
 
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }

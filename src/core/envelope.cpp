@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 namespace swarmflow {
 
@@ -34,6 +35,26 @@ std::shared_ptr<const Payload> Payload::wrap(const std::uint8_t* data, std::size
   p->data_ = data;
   p->size_ = size;
   return p;
+}
+
+void Payload::wrap_views(const Range* ranges, std::size_t count, std::shared_ptr<const void> owner,
+                         std::vector<std::shared_ptr<const Payload>>* out) {
+  if (count == 0) return;
+  // One block holds every view; each shared_ptr handed out aliases it.
+  struct Block {
+    std::shared_ptr<const void> owner;
+    std::unique_ptr<std::optional<Payload>[]> views;
+  };
+  auto block = std::make_shared<Block>();
+  block->owner = std::move(owner);
+  block->views.reset(new std::optional<Payload>[count]);
+  out->reserve(out->size() + count);
+  for (std::size_t i = 0; i < count; ++i) {
+    Payload& p = block->views[i].emplace(Key{});
+    p.data_ = ranges[i].data;
+    p.size_ = ranges[i].size;
+    out->emplace_back(block, &p);
+  }
 }
 
 std::string_view Payload::identifier() const {

@@ -27,6 +27,8 @@ constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 /// Most envelopes in one message to a local consumer.
 constexpr std::size_t kMaxBatch = 32;
+/// Payloads this large go to the transport as soon as they are made.
+constexpr std::size_t kSendAloneBytes = 64u << 10;
 /// Incomplete join sets a replica may hold, per credit of its largest input
 /// queue; beyond that the oldest expires early, so memory stays bounded.
 constexpr std::size_t kJoinSetsPerCredit = 4;
@@ -605,6 +607,9 @@ class StageHost final : public StageContext {
     m.header.envelope = e.header();
     m.header.payload_id = std::string(e.payload()->identifier());
     m.payload = e.payload();
+    // A large payload leaves at once, so that it is on its way while the
+    // handler makes the next; handing it over alone costs it nothing.
+    if (m.payload->size() >= kSendAloneBytes) flush_remote();
   }
 
   /// A message for another unit, queued to go with the others this handler

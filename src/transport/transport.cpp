@@ -49,6 +49,7 @@ constexpr std::size_t kMaxPackBytes = 64u << 10;
 constexpr std::size_t kMaxPackRecords = 512;
 
 void free_detached(void*, void* hint) { delete static_cast<flatbuffers::DetachedBuffer*>(hint); }
+void free_pack(void* data, void*) { std::free(data); }
 void free_payload(void*, void* hint) { delete static_cast<PayloadPtr*>(hint); }
 
 /// A message ready for its socket: every frame made, the routing frame first
@@ -93,6 +94,8 @@ struct Transport::Impl {
   std::size_t retrying = 0;  // messages waiting in all lanes
   flatbuffers::FlatBufferBuilder header_builder{256};
   std::vector<std::array<FrameView, 3>> records;  // of the pack being read
+  std::vector<Payload::Range> pack_ranges;         // its payloads
+  std::vector<PayloadPtr> pack_views;              // and their views
   std::atomic<bool> stopping{false};
   std::thread thread;
 
@@ -178,6 +181,7 @@ struct Transport::Impl {
   /// goes back to a unit that connected to us (acks).
   Built start_message(std::size_t lane) const {
     Built b;
+    b.parts.reserve(5);
     if (lane % 2 == 1) {
       const std::string& id = config.peers[lane / 2].unit_id;
       b.parts.emplace_back(id.data(), id.size());
@@ -190,9 +194,9 @@ struct Transport::Impl {
     Lane& l = lanes[lane];
     if (l.packed == 0) return;
     Built b = start_message(lane);
-    b.parts.emplace_back(l.pack.data(), l.pack.size());  // one copy, into ZeroMQ's own message
+    const std::size_t size = l.pack.size();
+    b.parts.emplace_back(l.pack.take(), size, free_pack, nullptr);  // ZeroMQ frees it when sent
     b.envelopes = l.packed;
-    l.pack.clear();
     l.packed = 0;
     l.waiting.push_back(std::move(b));
     ++retrying;
@@ -418,9 +422,16 @@ struct Transport::Impl {
       reject(framing);
       return;
     }
-    for (const auto& record : records) {
+    // Every record's payload as a view of the frame, made at once; a record
+    // that fails its checks just drops its view unread.
+    pack_ranges.clear();
+    for (const auto& record : records) pack_ranges.push_back(Payload::Range{record[2].data, record[2].size});
+    pack_views.clear();
+    Payload::wrap_views(pack_ranges.data(), pack_ranges.size(), std::move(owner), &pack_views);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& record = records[i];
       Rejection why = Rejection::none;
-      auto adopt = [&]() -> PayloadPtr { return Payload::wrap(record[2].data, record[2].size, owner); };
+      auto adopt = [this, i]() -> PayloadPtr { return std::move(pack_views[i]); };
       auto inbound = decode_record(record, config.limits, &why, adopt);
       if (!inbound) {
         reject(why);
@@ -429,6 +440,7 @@ struct Transport::Impl {
       counters.received.fetch_add(1, std::memory_order_relaxed);
       handler(std::move(*inbound));
     }
+    pack_views.clear();  // views of refused records: the frame need not outlive the others
   }
 
   void reject(Rejection why) {

@@ -4,7 +4,9 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -390,30 +392,53 @@ std::size_t pack_record_size(std::size_t header_size, std::size_t payload_size) 
   return kRecordPrefixSize + pad8(header_size) + pad8(payload_size);
 }
 
+PackWriter::~PackWriter() { std::free(bytes_); }
+
 void PackWriter::clear() {
-  bytes_.clear();
+  size_ = 0;
   records_ = 0;
+}
+
+std::uint8_t* PackWriter::take() {
+  std::uint8_t* taken = bytes_;
+  last_size_ = size_;
+  bytes_ = nullptr;
+  size_ = 0;
+  capacity_ = 0;
+  records_ = 0;
+  return taken;
 }
 
 void PackWriter::add(const Destination& d, const std::uint8_t* header, std::size_t header_size,
                      const std::uint8_t* payload, std::size_t payload_size) {
-  if (records_ == 0) {
-    bytes_.assign(kPackHeadSize, 0);
-    std::memcpy(bytes_.data(), kPackMagic, sizeof kPackMagic);
-    bytes_[4] = kPackVersion;
+  const std::size_t record = pack_record_size(header_size, payload_size);
+  const std::size_t needed = (records_ == 0 ? kPackHeadSize : size_) + record;
+  if (needed > capacity_) {
+    const std::size_t grown = std::max({needed, capacity_ * 2, last_size_, std::size_t{4096}});
+    auto* bigger = static_cast<std::uint8_t*>(std::realloc(bytes_, grown));
+    if (bigger == nullptr) throw std::bad_alloc();
+    bytes_ = bigger;
+    capacity_ = grown;
   }
-  const std::size_t at = bytes_.size();
-  bytes_.resize(at + pack_record_size(header_size, payload_size), 0);
-  std::uint8_t* out = bytes_.data() + at;
+  if (records_ == 0) {
+    std::memset(bytes_, 0, kPackHeadSize);
+    std::memcpy(bytes_, kPackMagic, sizeof kPackMagic);
+    bytes_[4] = kPackVersion;
+    size_ = kPackHeadSize;
+  }
+  std::uint8_t* out = bytes_ + size_;
   put_u32(out, static_cast<std::uint32_t>(header_size));
   put_u32(out + 4, static_cast<std::uint32_t>(payload_size));
   encode_destination(d, out + 8);
   out += kRecordPrefixSize;
   if (header_size > 0) std::memcpy(out, header, header_size);
+  std::memset(out + header_size, 0, pad8(header_size) - header_size);
   out += pad8(header_size);
   if (payload_size > 0) std::memcpy(out, payload, payload_size);
+  std::memset(out + payload_size, 0, pad8(payload_size) - payload_size);
+  size_ += record;
   ++records_;
-  put_u32(bytes_.data() + 8, records_);
+  put_u32(bytes_ + 8, records_);
 }
 
 bool is_pack(const FrameView& frame) {

@@ -144,19 +144,31 @@ std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::si
 /// Bytes one record takes in a pack.
 std::size_t pack_record_size(std::size_t header_size, std::size_t payload_size);
 
-/// Writes records into one pack frame. Reused: clear() keeps its memory.
+/// Writes records into one pack frame, in memory from std::malloc that
+/// take() hands over whole (to ZeroMQ, say, with std::free as deleter).
 class PackWriter {
  public:
+  PackWriter() = default;
+  ~PackWriter();
+  PackWriter(const PackWriter&) = delete;
+  PackWriter& operator=(const PackWriter&) = delete;
+
+  /// Forgets the records written so far; keeps the memory.
   void clear();
   void add(const Destination& d, const std::uint8_t* header, std::size_t header_size, const std::uint8_t* payload,
            std::size_t payload_size);
   std::size_t records() const { return records_; }
   /// The frame so far (its record count is kept up to date).
-  const std::uint8_t* data() const { return bytes_.data(); }
-  std::size_t size() const { return records_ == 0 ? 0 : bytes_.size(); }
+  const std::uint8_t* data() const { return bytes_; }
+  std::size_t size() const { return records_ == 0 ? 0 : size_; }
+  /// Hands the frame's memory over (free it with std::free) and starts empty.
+  std::uint8_t* take();
 
  private:
-  std::vector<std::uint8_t> bytes_;
+  std::uint8_t* bytes_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+  std::size_t last_size_ = 0;  // of the last frame taken: the next starts with as much room
   std::uint32_t records_ = 0;
 };
 

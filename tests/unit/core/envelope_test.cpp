@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include <swarmflow/envelope.hpp>
 #include <swarmflow/schema/blob_generated.h>
 
@@ -49,6 +52,28 @@ TEST(Envelope, HopTraceKeepsTheOldestWhenFull) {
 TEST(Envelope, ShortBufferHasNoIdentifier) {
   std::uint8_t bytes[3] = {1, 2, 3};
   EXPECT_TRUE(Payload::copy_of(bytes, sizeof bytes)->identifier().empty());
+}
+
+TEST(Envelope, ViewsOfOneBufferShareItAndKeepItAlive) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(64);
+  for (std::size_t i = 0; i < bytes->size(); ++i) (*bytes)[i] = static_cast<std::uint8_t>(i);
+  const std::weak_ptr<std::vector<std::uint8_t>> watch = bytes;
+  const std::vector<Payload::Range> ranges{{bytes->data(), 8}, {bytes->data() + 8, 0}, {bytes->data() + 16, 48}};
+  std::vector<PayloadPtr> views;
+  Payload::wrap_views(ranges.data(), ranges.size(), std::move(bytes), &views);
+  ASSERT_EQ(views.size(), 3U);
+  EXPECT_EQ(views[0]->data(), ranges[0].data);  // the buffer's own bytes, not a copy
+  EXPECT_EQ(views[0]->size(), 8U);
+  EXPECT_EQ(views[1]->size(), 0U);
+  EXPECT_EQ(views[2]->data()[0], 16);
+  EXPECT_EQ(views[2]->size(), 48U);
+  // Any one view keeps the buffer alive; the last one gone frees it.
+  PayloadPtr last = views[2];
+  views.clear();
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(last->data()[47], 63);
+  last.reset();
+  EXPECT_TRUE(watch.expired());
 }
 
 }  // namespace
