@@ -64,7 +64,7 @@ struct Options {
   double frames_rate_hz = 30;         ///< paced load of frames (a 1080p30 camera)
   int small_bytes = 64;
   int frame_bytes = kFrameBytes;
-  int capacity = 64;                  ///< swarmflow queue capacity, small messages
+  int capacity = 1000;                ///< swarmflow queue capacity, small messages: raw's high-water mark
   int frames_capacity = 4;            ///< swarmflow queue capacity, frames
   int raw_hwm = 1000;                 ///< raw ZeroMQ high-water marks, small messages (ZeroMQ's default)
   int raw_io_threads = 1;             ///< raw ZeroMQ I/O threads; 1 = as swarmflow's process context
@@ -91,7 +91,8 @@ void usage(const char* argv0) {
       "  --frames-latency-n  frames per latency run (default 60)\n"
       "  --rate              paced load of 64-byte messages, msg/s (default 10000)\n"
       "  --frames-rate       paced load of frames, frames/s (default 30)\n"
-      "  --capacity          swarmflow queue capacity for 64-byte messages (default 64)\n"
+      "  --capacity          swarmflow queue capacity for 64-byte messages (default 1000, the\n"
+      "                      same bound on queued messages as the raw high-water mark)\n"
       "  --frames-capacity   swarmflow queue capacity for frames, also the raw high-water\n"
       "                      marks for frames (default 4)\n"
       "  --raw-hwm           raw ZeroMQ SNDHWM/RCVHWM for 64-byte messages (default 1000)\n"
