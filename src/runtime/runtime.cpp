@@ -242,6 +242,7 @@ class InboundBatcher {
     switch (in.destination.kind) {
       case transport::FrameKind::deliver: {
         Batch& b = batch_for(target, h.edge, h.from_replica);
+        if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
         b.envelopes.emplace_back(h.envelope, std::move(in.payload));
         if (b.envelopes.size() >= kMaxInboundBatch) send(b);
         break;

@@ -599,6 +599,7 @@ class StageHost final : public StageContext {
         outbox_.push_back(Batch{node, replica, edge, {}});
         batch = &outbox_.back();
       }
+      if (batch->envelopes.empty()) batch->envelopes.reserve(kMaxBatch);  // one allocation a batch
       batch->envelopes.push_back(std::move(e));
       if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
