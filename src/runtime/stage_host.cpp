@@ -27,6 +27,8 @@ constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 /// Most envelopes in one message to a local consumer.
 constexpr std::size_t kMaxBatch = 32;
+/// Messages for other units handed to the transport at once, at most.
+constexpr std::size_t kMaxRemoteBatch = 256;
 /// Payloads this large go to the transport as soon as they are made.
 constexpr std::size_t kSendAloneBytes = 64u << 10;
 /// Incomplete join sets a replica may hold, per credit of its largest input
@@ -616,7 +618,7 @@ class StageHost final : public StageContext {
   /// A message for another unit, queued to go with the others this handler
   /// makes (in order, one hand-over to the transport thread).
   transport::OutboundMessage& post_remote(int unit, transport::FrameKind kind, int node, int replica, int edge) {
-    if (remote_.size() >= kMaxBatch) flush_remote();
+    if (remote_.size() >= kMaxRemoteBatch) flush_remote();
     transport::OutboundMessage& m = remote_.emplace_back();
     m.unit = unit;
     m.destination = transport::Destination{kind, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica),
@@ -691,6 +693,9 @@ class StageHost final : public StageContext {
 
   void pull() {
     if (!started_ || finished_ || source_done_ || !source_ || pull_scheduled_) return;
+    // One clock read a step: each step starts when the one before it ended
+    // (handing on its outputs included), as in drain().
+    std::int64_t t0 = steady_now_ns();
     for (int k = 0; k < kPullBatch; ++k) {
       if (stop_requested()) {
         source_done_ = true;
@@ -700,9 +705,10 @@ class StageHost final : public StageContext {
       defer_until_ = 0;
       inputs_.reset(-1, nullptr);
       outputs_.reset(EnvelopeHeader{});
-      const std::int64_t t0 = steady_now_ns();
       Status s = call_process();
-      stats_->busy_ns.fetch_add(steady_now_ns() - t0, std::memory_order_relaxed);
+      const std::int64_t t1 = steady_now_ns();
+      stats_->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+      t0 = t1;
       if (s.is_end_of_stream()) {
         source_done_ = true;
         break;
