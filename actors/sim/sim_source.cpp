@@ -43,7 +43,7 @@ Status SimSource::process(Inputs&, Outputs& out, StageContext& ctx) {
   h.capture_ns = ctx.now_ns();
 
   // Room for the table too, so the builder never grows (and copies the payload).
-  flatbuffers::FlatBufferBuilder fbb(static_cast<std::size_t>(payload_bytes_) + 256);
+  flatbuffers::FlatBufferBuilder fbb(static_cast<std::size_t>(payload_bytes_) + 256, &payload_allocator());
   std::uint8_t* bytes = nullptr;
   auto data = fbb.CreateUninitializedVector(static_cast<std::size_t>(payload_bytes_), &bytes);
   if (payload_bytes_ > 0) std::memset(bytes, static_cast<int>(h.seq & 0xff), static_cast<std::size_t>(payload_bytes_));

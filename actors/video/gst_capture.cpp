@@ -280,7 +280,7 @@ struct GstCapture::Impl {
     const std::uint64_t index = next_index++;
     // Room for the pixels and the small fields, so the builder never grows
     // (growing would copy the pixels again).
-    flatbuffers::FlatBufferBuilder fbb(size + 512 + config.camera_id.size());
+    flatbuffers::FlatBufferBuilder fbb(size + 512 + config.camera_id.size(), &payload_allocator());
     const auto camera = fbb.CreateString(config.camera_id);
     std::uint8_t* pixels = nullptr;
     const auto data = fbb.CreateUninitializedVector(size, &pixels);

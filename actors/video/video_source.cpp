@@ -182,7 +182,7 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
   const std::size_t size = stride * height;
   const std::int64_t capture_ns = ctx.now_ns();
 
-  flatbuffers::FlatBufferBuilder fbb(size + kTruthRoom + camera_id_.size());
+  flatbuffers::FlatBufferBuilder fbb(size + kTruthRoom + camera_id_.size(), &payload_allocator());
   const auto camera = fbb.CreateString(camera_id_);
   std::uint8_t* pixels = nullptr;
   const auto data = fbb.CreateUninitializedVector(size, &pixels);

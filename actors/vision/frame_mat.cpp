@@ -40,7 +40,8 @@ cv::Mat view_of(const schema::Frame& frame) {
 }
 
 FrameWriter::FrameWriter(int width, int height, schema::PixelFormat format)
-    : builder_(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * channels_of(format) + 1024),
+    : builder_(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * channels_of(format) + 1024,
+               &payload_allocator()),
       width_(width),
       height_(height),
       format_(format) {

@@ -72,6 +72,20 @@ class Payload {
 
 using PayloadPtr = std::shared_ptr<const Payload>;
 
+/// Memory for large payloads, for the FlatBufferBuilder that makes them:
+///
+///     flatbuffers::FlatBufferBuilder fbb(bytes + 256, &swarmflow::payload_allocator());
+///
+/// A block of kPooledPayloadBytes or more (a video frame) is kept when its
+/// payload is freed and handed out again for a request of the same size, so
+/// a stream of frames reuses its memory instead of faulting in fresh pages
+/// for every frame (the C library gives large freed blocks back to the
+/// kernel). At most kPooledPayloadLimit bytes are kept; smaller requests go
+/// to operator new. Thread-safe; lives as long as the process.
+flatbuffers::Allocator& payload_allocator();
+constexpr std::size_t kPooledPayloadBytes = 256u << 10;
+constexpr std::size_t kPooledPayloadLimit = 256u << 20;
+
 /// Maximum number of hop times an envelope records.
 constexpr std::size_t kMaxHops = 8;
 

@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace swarmflow {
 
@@ -61,6 +64,51 @@ std::string_view Payload::identifier() const {
   constexpr std::size_t kOffset = sizeof(flatbuffers::uoffset_t);
   if (size_ < kOffset + flatbuffers::kFileIdentifierLength) return {};
   return {reinterpret_cast<const char*>(data_ + kOffset), flatbuffers::kFileIdentifierLength};
+}
+
+namespace {
+
+class PooledAllocator final : public flatbuffers::Allocator {
+ public:
+  std::uint8_t* allocate(std::size_t size) override {
+    if (size >= kPooledPayloadBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        std::uint8_t* block = it->second.back();
+        it->second.pop_back();
+        kept_ -= size;
+        return block;
+      }
+    }
+    return new std::uint8_t[size];
+  }
+
+  void deallocate(std::uint8_t* p, std::size_t size) override {
+    if (p == nullptr) return;
+    if (size >= kPooledPayloadBytes) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (kept_ + size <= kPooledPayloadLimit) {
+        free_[size].push_back(p);
+        kept_ += size;
+        return;
+      }
+    }
+    delete[] p;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<std::uint8_t*>> free_;  // by exact size
+  std::size_t kept_ = 0;
+};
+
+}  // namespace
+
+flatbuffers::Allocator& payload_allocator() {
+  // Never destroyed: payloads that outlive static destruction still free into it.
+  static auto* allocator = new PooledAllocator();
+  return *allocator;
 }
 
 std::int64_t steady_now_ns() {

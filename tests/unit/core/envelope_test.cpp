@@ -76,5 +76,42 @@ TEST(Envelope, ViewsOfOneBufferShareItAndKeepItAlive) {
   EXPECT_TRUE(watch.expired());
 }
 
+TEST(PayloadAllocator, ReusesALargeBlockForTheNextPayloadOfItsSize) {
+  const std::size_t bytes = kPooledPayloadBytes * 2;
+  const std::uint8_t* first_data = nullptr;
+  {
+    flatbuffers::FlatBufferBuilder fbb(bytes + 256, &payload_allocator());
+    std::uint8_t* data = nullptr;
+    auto v = fbb.CreateUninitializedVector(bytes, &data);
+    fbb.Finish(schema::CreateBlob(fbb, 1, 1, v), schema::BlobIdentifier());
+    PayloadPtr p = Payload::from_builder(fbb);
+    first_data = p->data();
+  }  // the payload is gone: its block is kept
+  flatbuffers::FlatBufferBuilder fbb(bytes + 256, &payload_allocator());
+  std::uint8_t* data = nullptr;
+  auto v = fbb.CreateUninitializedVector(bytes, &data);
+  fbb.Finish(schema::CreateBlob(fbb, 1, 2, v), schema::BlobIdentifier());
+  PayloadPtr second = Payload::from_builder(fbb);
+  EXPECT_EQ(second->data(), first_data) << "the same block, at the same place in it";
+  EXPECT_EQ(second->root<schema::Blob>()->seq(), 2U);
+}
+
+TEST(PayloadAllocator, KeepsNoMoreThanItsLimit) {
+  flatbuffers::Allocator& a = payload_allocator();
+  const std::size_t block = kPooledPayloadLimit / 2 + 1;  // two of these do not fit
+  std::uint8_t* one = a.allocate(block);
+  std::uint8_t* two = a.allocate(block);
+  a.deallocate(one, block);
+  a.deallocate(two, block);  // over the limit: freed, not kept
+  std::uint8_t* again = a.allocate(block);
+  EXPECT_EQ(again, one);
+  std::uint8_t* another = a.allocate(block);  // nothing kept any more: fresh memory
+  a.deallocate(again, block);
+  a.deallocate(another, block);
+  // Small blocks are never kept.
+  std::uint8_t* small = a.allocate(64);
+  a.deallocate(small, 64);
+}
+
 }  // namespace
 }  // namespace swarmflow
