@@ -10,6 +10,7 @@
 #include <swarmflow/envelope.hpp>
 
 #include "config/pipeline_spec.hpp"
+#include "runtime/ring_queue.hpp"
 
 namespace swarmflow::runtime {
 
@@ -103,7 +104,7 @@ class EdgeRouter {
   config::KeyField key_;
   ConsistentHashRing ring_;
   std::vector<ReplicaView> views_;
-  std::vector<std::deque<Envelope>> in_flight_;
+  std::vector<RingQueue<Envelope>> in_flight_;
   std::deque<Waiting> waiting_;
   int next_start_ = 0;
   std::uint64_t offered_ = 0;

@@ -776,7 +776,7 @@ class StageHost final : public StageContext {
   std::vector<Dispatch> dispatches_;
   std::vector<Batch> outbox_;
   std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
-  std::deque<Item> queue_;
+  RingQueue<Item> queue_;
 
   std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks
   config::JoinDecl join_;
