@@ -71,11 +71,20 @@ std::vector<std::vector<std::string>> malformed_messages(int n) {
   for (int i = 0; i < n; ++i) {
     std::string noise(1 + rng() % 200, '\0');
     for (auto& c : noise) c = static_cast<char>(rng());
-    switch (i % 4) {
+    switch (i % 6) {
       case 0: out.push_back({noise}); break;                             // wrong part count
       case 1: out.push_back({noise, noise, noise}); break;               // bad destination
       case 2: out.push_back({destination, noise, noise}); break;         // bad header
-      default: out.push_back({destination, noise, noise, noise}); break;  // four parts
+      case 3: out.push_back({destination, noise, noise, noise}); break;  // four parts
+      case 4: out.push_back({"SFPK\x01" + noise}); break;                 // a pack's head, then noise
+      default: {                                                          // a well-framed pack, bad record
+        if (noise.size() == transport::kRecordHeaderSize) noise.push_back('x');
+        transport::PackWriter pack;
+        pack.add(transport::Destination{transport::FrameKind::deliver, 1, 0, 1},
+                 reinterpret_cast<const std::uint8_t*>(noise.data()), noise.size(), nullptr, 0);
+        out.push_back({std::string(reinterpret_cast<const char*>(pack.data()), pack.size())});
+        break;
+      }
     }
   }
   return out;
