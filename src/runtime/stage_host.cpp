@@ -693,9 +693,13 @@ class StageHost final : public StageContext {
 
   void pull() {
     if (!started_ || finished_ || source_done_ || !source_ || pull_scheduled_) return;
-    // One clock read a step: each step starts when the one before it ended
-    // (handing on its outputs included), as in drain().
-    std::int64_t t0 = steady_now_ns();
+    // A source is busy from the start of a pull to its end (its steps and
+    // handing on their outputs): two clock reads a pull, not two a step.
+    struct BusyUntilReturn {
+      ReplicaStats* stats;
+      std::int64_t since = steady_now_ns();
+      ~BusyUntilReturn() { stats->busy_ns.fetch_add(steady_now_ns() - since, std::memory_order_relaxed); }
+    } busy{stats_};
     for (int k = 0; k < kPullBatch; ++k) {
       if (stop_requested()) {
         source_done_ = true;
@@ -706,9 +710,6 @@ class StageHost final : public StageContext {
       inputs_.reset(-1, nullptr);
       outputs_.reset(EnvelopeHeader{});
       Status s = call_process();
-      const std::int64_t t1 = steady_now_ns();
-      stats_->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-      t0 = t1;
       if (s.is_end_of_stream()) {
         source_done_ = true;
         break;
