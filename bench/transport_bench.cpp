@@ -57,7 +57,7 @@ constexpr int kFrameBytes = 1920 * 1080 * 3;
 
 struct Options {
   std::int64_t n = 100000;            ///< small messages per throughput run
-  std::int64_t frames_n = 150;        ///< frames per throughput run
+  std::int64_t frames_n = 300;        ///< frames per throughput run
   std::int64_t latency_n = 5000;      ///< small messages per latency run
   std::int64_t frames_latency_n = 60; ///< frames per latency run
   double rate_hz = 10000;             ///< paced load of small messages
@@ -69,8 +69,9 @@ struct Options {
   int raw_hwm = 1000;                 ///< raw ZeroMQ high-water marks, small messages (ZeroMQ's default)
   int raw_io_threads = 1;             ///< raw ZeroMQ I/O threads; 1 = as swarmflow's process context
   int threads = 0;                    ///< CAF worker threads per unit; 0 = the runtime's default
-  int repeat = 5;                     ///< throughput runs of each 64-byte case; the median is reported
-  int frames_repeat = 3;              ///< throughput runs of each frame case; the median is reported
+  int repeat = 7;                     ///< throughput runs of each 64-byte case; the median is reported
+  int frames_repeat = 5;              ///< throughput runs of each frame case; the median is reported
+  bool malloc_defaults = false;       ///< both sides on the C library's default malloc settings
   std::string json_path;
   std::set<std::string> only;         ///< restrictions: sides, transports, sizes
 };
@@ -84,9 +85,9 @@ void usage(const char* argv0) {
       "usage: %s [--n N] [--frames-n N] [--latency-n N] [--frames-latency-n N]\n"
       "          [--rate HZ] [--frames-rate HZ] [--capacity C] [--frames-capacity C]\n"
       "          [--raw-hwm H] [--raw-io-threads K] [--threads T] [--repeat R]\n"
-      "          [--frames-repeat R] [--only LIST] [--json FILE]\n"
+      "          [--frames-repeat R] [--malloc-defaults] [--only LIST] [--json FILE]\n"
       "  --n                 64-byte messages per throughput run (default 100000)\n"
-      "  --frames-n          1080p frames per throughput run (default 150)\n"
+      "  --frames-n          1080p frames per throughput run (default 300)\n"
       "  --latency-n         64-byte messages per latency run (default 5000)\n"
       "  --frames-latency-n  frames per latency run (default 60)\n"
       "  --rate              paced load of 64-byte messages, msg/s (default 10000)\n"
@@ -99,8 +100,11 @@ void usage(const char* argv0) {
       "  --raw-io-threads    raw ZeroMQ I/O threads (default 1, as swarmflow's one context per\n"
       "                      process; 2 lets sender and receiver encrypt/decrypt in parallel)\n"
       "  --threads           CAF worker threads per unit (default: the runtime's, cores / units)\n"
-      "  --repeat            throughput runs per 64-byte case, the median is reported (default 5)\n"
-      "  --frames-repeat     throughput runs per frame case, the median is reported (default 3)\n"
+      "  --repeat            throughput runs per 64-byte case, the median is reported (default 7)\n"
+      "  --frames-repeat     throughput runs per frame case, the median is reported (default 5)\n"
+      "  --malloc-defaults   run both sides on glibc's default malloc settings; by default both run\n"
+      "                      with freed frame-sized blocks kept in the heap, as the runtime sets it\n"
+      "                      (swarmflow::keep_freed_frames_in_heap)\n"
       "  --only LIST         comma-separated: raw, swarmflow, inproc, ipc, tcp, small, frames;\n"
       "                      e.g. --only tcp,frames or --only swarmflow (to profile one side)\n"
       "  --json FILE         also write the results as JSON to FILE\n",
@@ -145,6 +149,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.frames_repeat = std::atoi(value("--frames-repeat"));
     } else if (a == "--json") {
       o.json_path = value("--json");
+    } else if (a == "--malloc-defaults") {
+      o.malloc_defaults = true;
     } else if (a == "--only") {
       std::string list = value("--only");
       std::size_t start = 0;
@@ -512,6 +518,7 @@ RunResult run_swarmflow(const Options& o, Env& env, const SwarmflowCase& c) {
   r.ran = true;
   swarmflow::RuntimeOptions ro;
   ro.threads = o.threads;
+  ro.tune_allocator = !o.malloc_defaults;
   if (c.transport == "tcp") ro.secret_key_path = env.key_path;
   swarmflow::Runtime runtime(ro);
   std::vector<swarmflow::Diagnostic> diagnostics;
@@ -624,6 +631,8 @@ int main(int argc, char** argv) {
   const std::string cmd = command_line(argc, argv);
   const bool run_raw_side = selected(o, kSides, "raw");
   const bool run_sf_side = selected(o, kSides, "swarmflow");
+  // Before either side runs, so that both run on the same allocator settings.
+  const bool heap_kept = !o.malloc_defaults && swarmflow::keep_freed_frames_in_heap();
 
   Env env;
   char dir_template[] = "/tmp/swarmflow-bench-XXXXXX";
@@ -678,6 +687,9 @@ int main(int argc, char** argv) {
   std::printf("  swarmflow:  sim.source on u0 -> sim.sink on u1 via swarmflow::Runtime, overflow block;\n"
               "              CAF worker threads per unit: %s; tcp uses CURVE with one key pair for both units\n",
               o.threads > 0 ? std::to_string(o.threads).c_str() : "runtime default (cores / units)");
+  std::printf("  malloc: %s\n",
+              heap_kept ? "freed frame-sized blocks kept in the heap, for both sides (keep_freed_frames_in_heap)"
+                        : "the C library's settings, for both sides");
   std::printf("  both sides make every message as sim.source does: %.4f ms for %d bytes, %.3f ms for a frame\n",
               small_make_ms, o.small_bytes, frame_make_ms);
   std::printf("  throughput: saturated, median of the runs; latency: paced, one run, made -> received (raw) /\n"
@@ -700,9 +712,11 @@ int main(int argc, char** argv) {
     const SwarmflowCase sf{row.transport, row.bytes, row.n, 0, row.capacity};
     std::vector<RunResult> raw_runs, sf_runs, plain_runs;
     for (int i = 0; i < row.repeat; ++i) {
-      // Alternate the sides so that a slow moment of the machine hits both.
+      // Alternate the sides, and which goes first, so that a slow moment of
+      // the machine hits both.
+      if (run_sf_side && i % 2 == 1) sf_runs.push_back(run_swarmflow(o, env, sf));
       if (run_raw_side) raw_runs.push_back(run_raw(env, raw));
-      if (run_sf_side) sf_runs.push_back(run_swarmflow(o, env, sf));
+      if (run_sf_side && i % 2 == 0) sf_runs.push_back(run_swarmflow(o, env, sf));
       if (run_raw_side && tcp) plain_runs.push_back(run_raw(env, plain));
       std::printf("  %-6s %-9s throughput run %d: raw %.0f msg/s, swarmflow %.0f msg/s%s%s%s\n",
                   row.transport.c_str(), size_name(row).c_str(), i + 1,
@@ -790,10 +804,11 @@ int main(int argc, char** argv) {
     }
     std::fprintf(f,
                  "{\n  \"benchmark\": \"transport\",\n  \"command\": \"%s\",\n  \"threads_per_unit\": %d,\n"
-                 "  \"repeat\": %d,\n  \"frames_repeat\": %d,\n  \"raw_io_threads\": %d,\n"
+                 "  \"repeat\": %d,\n  \"frames_repeat\": %d,\n  \"raw_io_threads\": %d,\n  \"heap_kept\": %s,\n"
                  "  \"zero_copy_min_bytes\": %d,\n  \"make_ms\": {\"small\": %.6f, \"frame\": %.6f},\n"
                  "  \"rows\": [\n",
-                 json_escape(cmd).c_str(), o.threads, o.repeat, o.frames_repeat, o.raw_io_threads, kZeroCopyMinBytes,
+                 json_escape(cmd).c_str(), o.threads, o.repeat, o.frames_repeat, o.raw_io_threads,
+                 heap_kept ? "true" : "false", kZeroCopyMinBytes,
                  small_make_ms, frame_make_ms);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];

@@ -86,6 +86,29 @@ flatbuffers::Allocator& payload_allocator();
 constexpr std::size_t kPooledPayloadBytes = 256u << 10;
 constexpr std::size_t kPooledPayloadLimit = 256u << 20;
 
+/// Keeps freed frame-sized blocks in the C library's heap for the next
+/// malloc, for the frames this process did not allocate itself: ZeroMQ
+/// mallocs every frame it receives over ipc:// or tcp://, OpenCV every Mat.
+/// With glibc's defaults a thread's heap is trimmed (its top pages handed
+/// back to the kernel) whenever a few freed frames add up to twice the
+/// largest block seen, so the next frame faults in some 1 500 fresh pages
+/// and a stream runs at half speed in one run of three. This sets glibc's
+/// M_MMAP_THRESHOLD to kFrameHeapMmapBytes (blocks below it come from the
+/// heap) and M_TRIM_THRESHOLD to kFrameHeapTrimBytes (a heap keeps that much
+/// free at its top), once per process. Resident memory then stays near its
+/// peak instead of following every burst; the peak itself is what the
+/// queues bound.
+///
+/// The Runtime calls it unless RuntimeOptions::tune_allocator is false. It
+/// changes nothing, and returns false, when the environment already sets
+/// malloc's parameters (GLIBC_TUNABLES with glibc.malloc., or
+/// MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_), or the C
+/// library is not glibc; true when the settings are in force (also on a
+/// later call).
+bool keep_freed_frames_in_heap();
+constexpr std::size_t kFrameHeapMmapBytes = 32u << 20;  ///< glibc's largest allowed value on 64-bit
+constexpr std::size_t kFrameHeapTrimBytes = 128u << 20;
+
 /// Maximum number of hop times an envelope records.
 constexpr std::size_t kMaxHops = 8;
 

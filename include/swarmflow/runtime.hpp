@@ -36,6 +36,10 @@ struct RuntimeOptions {
   /// The CURVE key pair file (`swarmflow keygen`) of the units and the
   /// coordinator hosted here; needed when any of them is on tcp://.
   std::string secret_key_path;
+  /// Keep freed frame-sized blocks in the heap for the next frame
+  /// (`keep_freed_frames_in_heap()`, process-wide, once). False leaves the C
+  /// library's allocator as the application set it.
+  bool tune_allocator = true;
 };
 
 /// Makes a CURVE key pair for a unit (or the coordinator) and writes it to

@@ -1,11 +1,16 @@
 #include <swarmflow/envelope.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace swarmflow {
 
@@ -109,6 +114,25 @@ flatbuffers::Allocator& payload_allocator() {
   // Never destroyed: payloads that outlive static destruction still free into it.
   static auto* allocator = new PooledAllocator();
   return *allocator;
+}
+
+bool keep_freed_frames_in_heap() {
+#if defined(__GLIBC__)
+  static const bool applied = [] {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return false;
+    for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
+      if (std::getenv(name) != nullptr) return false;
+    }
+    // Both at once: setting either one turns off glibc's own adjustment of
+    // the other.
+    return mallopt(M_MMAP_THRESHOLD, static_cast<int>(kFrameHeapMmapBytes)) == 1 &&
+           mallopt(M_TRIM_THRESHOLD, static_cast<int>(kFrameHeapTrimBytes)) == 1;
+  }();
+  return applied;
+#else
+  return false;
+#endif
 }
 
 std::int64_t steady_now_ns() {

@@ -894,6 +894,7 @@ struct Runtime::Impl {
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
+  if (options.tune_allocator) keep_freed_frames_in_heap();
   register_builtin_stages(impl_->registry);
 }
 

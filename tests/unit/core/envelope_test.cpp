@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <swarmflow/envelope.hpp>
@@ -113,5 +118,51 @@ TEST(PayloadAllocator, KeepsNoMoreThanItsLimit) {
   a.deallocate(small, 64);
 }
 
+
+/// Minor page faults of the calling thread so far.
+long thread_minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// As ZeroMQ's I/O thread mallocs every frame it receives and a sink on
+// another thread frees it: with glibc's defaults the receiving thread's heap
+// is trimmed after every burst and the next frames fault in fresh pages.
+TEST(FrameHeap, FramesFreedByAnotherThreadAreReusedWithoutFreshPages) {
+  if (!keep_freed_frames_in_heap()) {
+    GTEST_SKIP() << "malloc's parameters are set by the environment, or the C library is not glibc";
+  }
+  EXPECT_TRUE(keep_freed_frames_in_heap()) << "a second call reports the settings in force";
+  constexpr std::size_t kFrame = 1920 * 1080 * 3;
+  constexpr std::size_t kPagesPerFrame = kFrame / 4096;
+  constexpr int kInFlight = 4;
+  constexpr int kRounds = 6;
+  std::vector<long> faults;
+  std::thread receiver([&] {
+    for (int round = 0; round < kRounds; ++round) {
+      const long before = thread_minor_faults();
+      std::vector<void*> frames;
+      for (int i = 0; i < kInFlight; ++i) {
+        void* f = std::malloc(kFrame);
+        ASSERT_NE(f, nullptr);
+        std::memset(f, round, kFrame);
+        frames.push_back(f);
+      }
+      faults.push_back(thread_minor_faults() - before);
+      std::thread sink([&] {
+        for (void* f : frames) std::free(f);
+      });
+      sink.join();
+    }
+  });
+  receiver.join();
+  ASSERT_EQ(faults.size(), static_cast<std::size_t>(kRounds));
+  // The first round (or two, while the heap grows to its size) may fault;
+  // after that every frame reuses memory already in the heap.
+  long later = 0;
+  for (int round = 2; round < kRounds; ++round) later += faults[static_cast<std::size_t>(round)];
+  EXPECT_LT(later, static_cast<long>(kPagesPerFrame)) << "faults per round: " << ::testing::PrintToString(faults);
+}
 }  // namespace
 }  // namespace swarmflow
