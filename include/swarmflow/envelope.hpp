@@ -80,8 +80,13 @@ using PayloadPtr = std::shared_ptr<const Payload>;
 /// payload is freed and handed out again for a request of the same size, so
 /// a stream of frames reuses its memory instead of faulting in fresh pages
 /// for every frame (the C library gives large freed blocks back to the
-/// kernel). At most kPooledPayloadLimit bytes are kept; smaller requests go
-/// to operator new. Thread-safe; lives as long as the process.
+/// kernel). At most kPooledPayloadLimit bytes are kept. A block of at most
+/// 4 KiB (a small message) freed on a thread is kept for that thread's next
+/// request of the same size, as is the block of every Payload that
+/// from_builder makes (at most 1 MiB a thread, freed when the thread ends):
+/// a stream's payloads are freed in bursts when acks release them, more than
+/// the C library's per-thread cache holds. Other sizes go to operator new.
+/// Thread-safe; lives as long as the process.
 flatbuffers::Allocator& payload_allocator();
 constexpr std::size_t kPooledPayloadBytes = 256u << 10;
 constexpr std::size_t kPooledPayloadLimit = 256u << 20;

@@ -14,8 +14,120 @@
 
 namespace swarmflow {
 
+namespace {
+
+/// Small blocks freed on this thread, kept by exact size for its next
+/// allocation of that size. A source makes a payload (its buffer and its
+/// Payload) per envelope and frees them in bursts of hundreds when acks
+/// release them; glibc's own per-thread cache keeps 7 blocks a size, so
+/// the rest went through its bins at a cost of 10-15% of a source's time
+/// (docs/benchmarks.md). At most kMaxBins sizes and kMaxBytes in all per
+/// thread; freed on the thread's exit.
+class SmallBlockCache {
+ public:
+  static constexpr std::size_t kMaxBlockBytes = 4096;
+  static constexpr std::size_t kMaxBytes = 1u << 20;
+  static constexpr std::size_t kMaxBins = 8;
+
+  SmallBlockCache() = default;
+  SmallBlockCache(const SmallBlockCache&) = delete;
+  SmallBlockCache& operator=(const SmallBlockCache&) = delete;
+  ~SmallBlockCache();
+
+  void* take(std::size_t size) {
+    for (auto& bin : bins_) {
+      if (bin.size != size) continue;
+      if (bin.blocks.empty()) return nullptr;
+      void* block = bin.blocks.back();
+      bin.blocks.pop_back();
+      bytes_ -= size;
+      return block;
+    }
+    return nullptr;
+  }
+
+  bool keep(void* block, std::size_t size) {
+    if (size > kMaxBlockBytes || bytes_ + size > kMaxBytes) return false;
+    Bin* bin = nullptr;
+    for (auto& b : bins_) {
+      if (b.size == size) bin = &b;
+    }
+    if (bin == nullptr) {
+      if (bins_.size() >= kMaxBins) return false;
+      bins_.push_back(Bin{size, {}});
+      bin = &bins_.back();
+    }
+    bin->blocks.push_back(block);
+    bytes_ += size;
+    return true;
+  }
+
+ private:
+  struct Bin {
+    std::size_t size;
+    std::vector<void*> blocks;
+  };
+  std::vector<Bin> bins_;
+  std::size_t bytes_ = 0;
+};
+
+// Trivially destructible, so still readable by thread_local destructors that
+// run after the cache's own: a block freed then goes straight to the heap.
+thread_local bool t_cache_gone = false;
+
+SmallBlockCache::~SmallBlockCache() {
+  t_cache_gone = true;
+  for (auto& bin : bins_) {
+    for (void* block : bin.blocks) ::operator delete(block);
+  }
+}
+
+SmallBlockCache* small_blocks() {
+  if (t_cache_gone) return nullptr;
+  thread_local SmallBlockCache cache;
+  return &cache;
+}
+
+void* allocate_small(std::size_t size) {
+  if (size <= SmallBlockCache::kMaxBlockBytes) {
+    if (SmallBlockCache* c = small_blocks()) {
+      if (void* block = c->take(size)) return block;
+    }
+  }
+  return ::operator new(size);
+}
+
+void free_small(void* block, std::size_t size) {
+  if (block == nullptr) return;
+  if (size <= SmallBlockCache::kMaxBlockBytes) {
+    if (SmallBlockCache* c = small_blocks(); c != nullptr && c->keep(block, size)) return;
+  }
+  ::operator delete(block);
+}
+
+/// For the shared_ptr control block of payloads made per envelope.
+template <class T>
+struct SmallBlockAllocator {
+  using value_type = T;
+  SmallBlockAllocator() = default;
+  template <class U>
+  SmallBlockAllocator(const SmallBlockAllocator<U>&) {}  // NOLINT: rebinding, as allocators must
+  T* allocate(std::size_t n) { return static_cast<T*>(allocate_small(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { free_small(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const SmallBlockAllocator<U>&) const {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const SmallBlockAllocator<U>&) const {
+    return false;
+  }
+};
+
+}  // namespace
+
 std::shared_ptr<const Payload> Payload::from_builder(flatbuffers::FlatBufferBuilder& builder) {
-  auto p = std::make_shared<Payload>(Key{});
+  auto p = std::allocate_shared<Payload>(SmallBlockAllocator<Payload>{}, Key{});
   p->detached_ = builder.Release();
   p->data_ = p->detached_.data();
   p->size_ = p->detached_.size();
@@ -76,6 +188,7 @@ namespace {
 class PooledAllocator final : public flatbuffers::Allocator {
  public:
   std::uint8_t* allocate(std::size_t size) override {
+    if (size <= SmallBlockCache::kMaxBlockBytes) return static_cast<std::uint8_t*>(allocate_small(size));
     if (size >= kPooledPayloadBytes) {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(size);
@@ -91,6 +204,10 @@ class PooledAllocator final : public flatbuffers::Allocator {
 
   void deallocate(std::uint8_t* p, std::size_t size) override {
     if (p == nullptr) return;
+    if (size <= SmallBlockCache::kMaxBlockBytes) {
+      free_small(p, size);
+      return;
+    }
     if (size >= kPooledPayloadBytes) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (kept_ + size <= kPooledPayloadLimit) {

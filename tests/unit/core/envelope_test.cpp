@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -118,6 +119,57 @@ TEST(PayloadAllocator, KeepsNoMoreThanItsLimit) {
   a.deallocate(small, 64);
 }
 
+
+
+PayloadPtr make_small(std::uint64_t seq) {
+  flatbuffers::FlatBufferBuilder fbb(64 + 256, &payload_allocator());
+  std::uint8_t* data = nullptr;
+  auto v = fbb.CreateUninitializedVector(64, &data);
+  std::memset(data, static_cast<int>(seq), 64);
+  fbb.Finish(schema::CreateBlob(fbb, 1, seq, v), schema::BlobIdentifier());
+  return Payload::from_builder(fbb);
+}
+
+TEST(PayloadAllocator, ReusesSmallBlocksFreedOnTheSameThread) {
+  std::vector<PayloadPtr> burst;
+  std::vector<const void*> buffers;
+  std::vector<const void*> payloads;
+  for (std::uint64_t i = 1; i <= 100; ++i) {  // not 0: a default seq is left out, and the table is shorter
+    burst.push_back(make_small(i));
+    buffers.push_back(burst.back()->data());
+    payloads.push_back(burst.back().get());
+  }
+  burst.clear();  // a burst of releases, as an ack brings
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    PayloadPtr p = make_small(i + 100);
+    EXPECT_EQ(p->root<schema::Blob>()->seq(), i + 100);
+    EXPECT_EQ(p->root<schema::Blob>()->data()->Get(1), static_cast<std::uint8_t>(i + 100));
+    burst.push_back(std::move(p));
+  }
+  // Every buffer and every Payload comes from the ones just freed (the last
+  // freed is handed out first).
+  std::size_t reused_buffers = 0;
+  std::size_t reused_payloads = 0;
+  for (const auto& p : burst) {
+    reused_buffers += std::count(buffers.begin(), buffers.end(), static_cast<const void*>(p->data()));
+    reused_payloads += std::count(payloads.begin(), payloads.end(), static_cast<const void*>(p.get()));
+  }
+  EXPECT_EQ(reused_buffers, burst.size());
+  EXPECT_EQ(reused_payloads, burst.size());
+}
+
+thread_local PayloadPtr t_kept;
+
+TEST(PayloadAllocator, APayloadFreedAfterItsThreadsCacheIsGoneGoesToTheHeap) {
+  std::thread t([] {
+    t_kept.reset();  // constructed first, so destroyed after the cache
+    PayloadPtr made = make_small(1);
+    made.reset();  // the cache now exists and holds its blocks
+    t_kept = make_small(2);
+  });
+  t.join();  // t_kept is freed at the thread's exit, after the cache: no use of it
+  SUCCEED();
+}
 
 /// Minor page faults of the calling thread so far.
 long thread_minor_faults() {
