@@ -41,7 +41,10 @@ struct EdgeReport {
   std::string to;    ///< `stage/port`
   std::uint64_t sent = 0;       ///< envelopes produced onto the edge
   std::uint64_t delivered = 0;  ///< accepted by a replica of the consumer
-  std::uint64_t dropped = 0;    ///< dropped by the overflow policy or at a live source
+  std::uint64_t dropped = 0;    ///< dropped by the overflow policy, at a live source, or too large
+  /// Of `dropped`: payloads over `transport.max_message_bytes` with no
+  /// consumer replica in the producer's unit.
+  std::uint64_t too_large = 0;
   std::uint64_t waiting = 0;    ///< held by the producer for credit now
   std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest

@@ -54,8 +54,10 @@ namespace {
 
 // -- vocabulary ---
 
-const std::vector<std::string> kTopKeys = {"pipeline", "units", "coordinator", "coordinator_key", "stages",
-                                           "placement"};
+const std::vector<std::string> kTopKeys = {"pipeline", "units",     "coordinator", "coordinator_key",
+                                           "stages",   "placement", "transport"};
+const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
+                                                 "pack_below_bytes"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
                                              "key", "feedback", "placement", "join"};
@@ -68,6 +70,11 @@ const std::vector<std::string> kOverflows = {"block", "drop_oldest", "drop_newes
 const std::vector<std::string> kPolicies = {"static", "adaptive"};
 
 constexpr std::int64_t kMaxUnits = 4096;
+// Messages between units: at least room for a frame header and a small
+// payload, at most what one ZeroMQ frame and a 32-bit FlatBuffers offset hold.
+constexpr std::int64_t kMinMessageBytes = 4096;
+constexpr std::int64_t kMaxMessageBytes = (1ll << 31) - 1;
+constexpr std::int64_t kMaxPackBelowBytes = 16384;  // a pack frame is at most 64 KiB
 constexpr std::int64_t kMaxReplicas = 4096;
 constexpr std::int64_t kMaxCapacity = 1'000'000;
 constexpr std::int64_t kMaxThreads = 4096;
@@ -413,6 +420,7 @@ class Loader {
     }
     read_stages(entries->find("stages"), root);
     if (const Entry* e = entries->find("placement")) read_placement(*e);
+    if (const Entry* e = entries->find("transport")) read_transport(*e);
   }
 
   void read_name(const Entries& entries, const YAML::Node& root) {
@@ -857,6 +865,45 @@ class Loader {
       if (auto interval = read_integer(*i, "'interval_ms'", 1, std::numeric_limits<int>::max(),
                                        "how often units report their load, in milliseconds (1 or more)")) {
         spec_.placement.interval_ms = static_cast<int>(*interval);
+      }
+    }
+  }
+
+  void read_transport(const Entry& e) {
+    auto entries = read_map(e.value, e.value_loc(), "'transport'", kTransportKeys);
+    if (!entries) return;
+    TransportDecl& t = spec_.transport;
+    if (const Entry* m = entries->find("max_message_bytes")) {
+      if (auto v = read_integer(*m, "'max_message_bytes'", kMinMessageBytes, kMaxMessageBytes,
+                                "the largest payload one message between units may carry, in bytes "
+                                "(default 67108864, 64 MiB)")) {
+        t.max_message_bytes = *v;
+      }
+    }
+    if (const Entry* h = entries->find("high_water_mark")) {
+      if (auto v = read_integer(*h, "'high_water_mark'", 1, std::numeric_limits<int>::max(),
+                                "messages each socket queues each way (default 10000); credits bound the rest")) {
+        t.high_water_mark = *v;
+      }
+    }
+    if (const Entry* l = entries->find("linger_ms")) {
+      if (auto v = read_integer(*l, "'linger_ms'", 0, 60000,
+                                "how long closing a socket may wait to send to a peer, in ms (default 200)")) {
+        t.linger_ms = *v;
+      }
+    }
+    if (const Entry* b = entries->find("pack_below_bytes")) {
+      if (auto v = read_integer(*b, "'pack_below_bytes'", 0, kMaxPackBelowBytes,
+                                "payloads up to this many bytes travel many to a frame; 0 packs none "
+                                "(default 1024)")) {
+        if (*v >= t.max_message_bytes) {
+          report(b->value_loc(),
+                 "'pack_below_bytes' must be below 'max_message_bytes' (" + std::to_string(t.max_message_bytes) +
+                     "), got " + std::to_string(*v),
+                 "a pack must fit in one message");
+        } else {
+          t.pack_below_bytes = *v;
+        }
       }
     }
   }

@@ -93,6 +93,19 @@ struct PlacementDecl {
   int interval_ms = 250;
 };
 
+/// `transport:` block: the data plane between units (docs/pipelines.md).
+/// Every unit reads the same file, so every unit has the same limits.
+struct TransportDecl {
+  /// The largest payload one message between units may carry; a larger one
+  /// is refused by its receiver (ZMQ_MAXMSGSIZE, which disconnects the
+  /// sender), so a producer keeps it in its own unit or drops it, counted.
+  std::int64_t max_message_bytes = 64ll << 20;
+  std::int64_t high_water_mark = 10000;  ///< messages queued per socket, each way
+  std::int64_t linger_ms = 200;          ///< how long closing may wait for a dead peer
+  /// Envelopes with payloads up to this size travel many to a frame.
+  std::int64_t pack_below_bytes = 1024;
+};
+
 /// A whole pipeline definition.
 struct PipelineSpec {
   std::string name;
@@ -100,6 +113,7 @@ struct PipelineSpec {
   std::vector<UnitDecl> units;
   std::vector<StageDecl> stages;
   PlacementDecl placement;
+  TransportDecl transport;
   std::string coordinator;      ///< endpoint, optional
   std::string coordinator_key;  ///< its CURVE public key (Z85 or a .pub file), for tcp
 

@@ -38,6 +38,7 @@ Json edge_json(const EdgeReport& e) {
   j["sent"] = e.sent;
   j["delivered"] = e.delivered;
   j["dropped"] = e.dropped;
+  j["too_large"] = e.too_large;
   j["overflow"] = e.overflow;
   return j;
 }

@@ -105,12 +105,39 @@ bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
   return true;
 }
 
+void EdgeRouter::set_remote(std::vector<bool> remote, std::size_t max_remote_payload_bytes) {
+  remote_ = std::move(remote);
+  remote_.resize(views_.size(), false);
+  if (std::find(remote_.begin(), remote_.end(), true) == remote_.end()) remote_.clear();
+  max_remote_payload_bytes_ = max_remote_payload_bytes;
+}
+
+int EdgeRouter::local_replica() const {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(views_.size()); ++i) {
+    if (remote_[static_cast<std::size_t>(i)]) continue;
+    if (best < 0 || views_[static_cast<std::size_t>(i)].credits > views_[static_cast<std::size_t>(best)].credits) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait) {
   ++offered_;
-  const int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
+  int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
+  if (!remote_.empty() && envelope.payload() && envelope.payload()->size() > max_remote_payload_bytes_) {
+    // Another unit would refuse it (and drop the connection): keep it here.
+    if (target < 0) target = local_replica();
+    if (target < 0 || remote_[static_cast<std::size_t>(target)]) {
+      ++dropped_;
+      ++too_large_;
+      return;
+    }
+  }
   // Envelopes already waiting go first, so that order per consumer is kept.
   if (waiting_.empty()) {
-    const int pick = keyed_ ? target : choose(envelope);
+    const int pick = target >= 0 ? target : choose(envelope);
     if (try_send(pick, envelope, out)) return;
   }
   if (!may_wait && overflow_ == config::Overflow::block) {
@@ -149,7 +176,7 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
   // edges an envelope whose replica has no credit keeps its place, and so do
   // later ones of the same replica, so per-stream order holds.
   for (auto it = waiting_.begin(); it != waiting_.end();) {
-    const int pick = keyed_ ? it->target : choose(it->envelope);
+    const int pick = it->target >= 0 ? it->target : choose(it->envelope);
     if (pick < 0) break;
     if (!try_send(pick, it->envelope, out)) {
       ++it;

@@ -76,6 +76,11 @@ class EdgeRouter {
   void on_ack(int replica, int credits, int released, double service_ns, std::vector<Dispatch>& out);
   /// Drops everything waiting (counted); used when a run is torn down.
   void drop_waiting();
+  /// Which consumer replicas are on other units, and the largest payload the
+  /// transport carries there. An envelope with a larger payload goes only to
+  /// a replica in this unit (the one with the most credit, or its key's);
+  /// with none it is dropped and counted in `too_large` (and `dropped`).
+  void set_remote(std::vector<bool> remote, std::size_t max_remote_payload_bytes);
 
   /// True while a `block` edge holds an envelope for credit.
   bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
@@ -83,6 +88,7 @@ class EdgeRouter {
   std::uint64_t offered() const { return offered_; }
   std::uint64_t dispatched() const { return dispatched_; }
   std::uint64_t dropped() const { return dropped_; }
+  std::uint64_t too_large() const { return too_large_; }
   int credits(int replica) const { return views_[static_cast<std::size_t>(replica)].credits; }
   /// The most envelopes ever sent to one replica and not yet credited back.
   int peak_outstanding() const { return peak_outstanding_; }
@@ -91,10 +97,12 @@ class EdgeRouter {
 
  private:
   struct Waiting {
-    int target;  ///< fixed replica for keyed edges, -1 = any
+    int target;  ///< fixed replica (keyed edges, payloads too large for other units), -1 = any
     Envelope envelope;
   };
   int choose(const Envelope& e);
+  /// The replica in this unit with the most credit; -1 when there is none.
+  int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
   bool try_send(int target, Envelope& e, std::vector<Dispatch>& out);
 
@@ -110,7 +118,10 @@ class EdgeRouter {
   std::uint64_t offered_ = 0;
   std::uint64_t dispatched_ = 0;
   std::uint64_t dropped_ = 0;
+  std::uint64_t too_large_ = 0;
   int peak_outstanding_ = 0;
+  std::vector<bool> remote_;  ///< by replica; empty = all in this unit
+  std::size_t max_remote_payload_bytes_ = 0;
 };
 
 /// When a consumer should return credits: after `threshold` processed

@@ -53,6 +53,7 @@ struct ReplicaStats {
 struct EdgeSideStats {
   std::atomic<std::uint64_t> sent{0};
   std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint64_t> too_large{0};  ///< of dropped: payload over transport.max_message_bytes
   std::atomic<std::uint64_t> waiting{0};
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> peak_in_flight{0};

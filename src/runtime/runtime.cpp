@@ -171,6 +171,7 @@ RunReport build_report(const RunState& run) {
     for (const auto& side : run.edge_out[static_cast<std::size_t>(edge.id)]) {
       e.sent += side->sent.load(std::memory_order_relaxed);
       e.dropped += side->dropped.load(std::memory_order_relaxed);
+      e.too_large += side->too_large.load(std::memory_order_relaxed);
       e.waiting += side->waiting.load(std::memory_order_relaxed);
       e.peak_in_flight = std::max<std::uint64_t>(e.peak_in_flight, side->peak_in_flight.load(std::memory_order_relaxed));
     }
@@ -664,6 +665,12 @@ struct Runtime::Impl {
       cfg.peers = peers;
       cfg.public_key = own_keys.public_key;
       cfg.secret_key = own_keys.secret_key;
+      const config::TransportDecl& declared = run->spec.transport;
+      cfg.limits.max_payload_bytes = static_cast<std::size_t>(declared.max_message_bytes);
+      cfg.send_hwm = static_cast<int>(declared.high_water_mark);
+      cfg.recv_hwm = static_cast<int>(declared.high_water_mark);
+      cfg.linger_ms = static_cast<int>(declared.linger_ms);
+      cfg.pack_below_bytes = static_cast<std::size_t>(declared.pack_below_bytes);
       if (!options.coordinator) {
         cfg.control_endpoint = run->spec.coordinator;
         cfg.coordinator_public_key = coordinator_key;

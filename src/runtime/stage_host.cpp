@@ -70,6 +70,10 @@ class StageHost final : public StageContext {
       out_.push_back(OutEdge{e, edge.from_port, edge.to_node,
                              EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key),
                              run_->edge_out[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
+      std::vector<bool> remote(static_cast<std::size_t>(downstream));
+      for (int r = 0; r < downstream; ++r) remote[static_cast<std::size_t>(r)] = unit_of(edge.to_node, r) != unit_;
+      out_.back().router.set_remote(std::move(remote),
+                                    static_cast<std::size_t>(run_->spec.transport.max_message_bytes));
     }
   }
 
@@ -556,6 +560,14 @@ class StageHost final : public StageContext {
     dispatches_.clear();
     out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
     out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);
+    if (out.router.too_large() != out.stats->too_large.load(std::memory_order_relaxed)) {
+      out.stats->too_large.store(out.router.too_large(), std::memory_order_relaxed);
+      const graph::Edge& edge = run_->graph.edges[static_cast<std::size_t>(out.edge)];
+      log("an envelope on " + run_->graph.from_name(edge) + " -> " + run_->graph.to_name(edge) +
+          " has a payload over transport.max_message_bytes (" +
+          std::to_string(run_->spec.transport.max_message_bytes) +
+          ") and no consumer replica in this unit: dropped (" + std::to_string(out.router.too_large()) + " so far)");
+    }
     out.stats->waiting.store(out.router.waiting(), std::memory_order_relaxed);
     out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),
                                     std::memory_order_relaxed);

@@ -31,7 +31,8 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
         if (run.unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
         const EdgeSideStats& s = *run.edge_out[e][r];
         edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), true,
-                                               s.sent.load(), s.dropped.load(), 0, s.peak_in_flight.load()));
+                                               s.sent.load(), s.dropped.load(), 0, s.peak_in_flight.load(),
+                                               s.too_large.load()));
       }
       for (std::size_t r = 0; r < run.edge_in[e].size(); ++r) {
         if (run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
@@ -95,6 +96,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
         EdgeSideStats& s = *run.edge_out[e][r];
         s.sent += es->sent();
         s.dropped += es->dropped();
+        s.too_large += es->too_large();
         if (es->peak_in_flight() > s.peak_in_flight.load()) s.peak_in_flight.store(es->peak_in_flight());
       } else {
         if (r >= run.edge_in[e].size() || run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;

@@ -103,6 +103,39 @@ TEST(UnitProcesses, ThreeProcessesOnTcpMatchOneProcess) {
   }
 }
 
+TEST(UnitProcesses, APayloadTooLargeForTheTransportIsCountedInTheUnitThatDroppedIt) {
+  // The source runs in a unit process; its payloads are over the file's
+  // max_message_bytes, so that unit drops them (rather than send what the
+  // coordinator's unit would refuse), and its count reaches the report.
+  TempDir dir;
+  const std::string file = dir.write(
+      "big.yaml", "pipeline: big\ntransport: {max_message_bytes: 65536}\n" + secured_units(dir, {"u0", "u1"}) +
+                      "stages:\n"
+                      "  - {id: source, type: sim.source, params: {count: 7, payload_bytes: 65536},\n"
+                      "     placement: {units: [u1]}}\n"
+                      "  - {id: sink, type: sim.sink, inputs: {in: source/out}, placement: {units: [u0]}}\n");
+  const std::string report = dir.file("big.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1", "--secret-key", dir.file("u1.key")}, dir.file("u1.out"),
+                       dir.file("u1.err"));
+  pid_t coordinator = spawn_cli(
+      {"run", file, "--quiet", "--units", "u0", "--secret-key", dir.file("u0.key"), "--report", report},
+      dir.file("c.out"), dir.file("c.err"));
+  const int rc = wait_exit(coordinator);
+  EXPECT_EQ(wait_exit(u1), 0) << slurp(dir.file("u1.err"));
+  ASSERT_EQ(rc, 0) << slurp(dir.file("c.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  ASSERT_EQ(r["edges"].size(), 1U);
+  const auto& e = r["edges"][0];
+  EXPECT_EQ(e["sent"], 7) << e.dump();
+  EXPECT_EQ(e["dropped"], 7) << e.dump();
+  EXPECT_EQ(e["too_large"], 7) << e.dump();
+  EXPECT_EQ(r["sinks"]["sink"]["received"], 0);
+  EXPECT_EQ(r["units"]["u0"]["rejected"], 0) << "nothing over the limit was sent";
+  EXPECT_NE(slurp(dir.file("u1.err")).find("over transport.max_message_bytes"), std::string::npos)
+      << slurp(dir.file("u1.err"));
+}
+
 TEST(UnitProcesses, UnitLeavesPromptlyOnSigtermWhenItsPeersAreDead) {
   TempDir dir;
   const std::string file = dir.write(

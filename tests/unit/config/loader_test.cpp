@@ -665,6 +665,62 @@ placement: {policy: dynamic, rebalance_above: 1.5, interval_ms: 0}
   EXPECT_TRUE(contains(diagnostics_[2].message, "'interval_ms' must be between 1 and"));
 }
 
+TEST_F(LoaderTest, TransportSettings) {
+  auto defaults = load("pipeline: t\nstages:\n  - {id: source, type: sim.source}\n");
+  ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(defaults->transport.max_message_bytes, 64ll << 20);
+  EXPECT_EQ(defaults->transport.high_water_mark, 10000);
+  EXPECT_EQ(defaults->transport.linger_ms, 200);
+  EXPECT_EQ(defaults->transport.pack_below_bytes, 1024);
+  auto spec = load(R"(pipeline: t
+transport:
+  max_message_bytes: 134217728
+  high_water_mark: 500
+  linger_ms: 0
+  pack_below_bytes: 0
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(spec->transport.max_message_bytes, 134217728);
+  EXPECT_EQ(spec->transport.high_water_mark, 500);
+  EXPECT_EQ(spec->transport.linger_ms, 0);
+  EXPECT_EQ(spec->transport.pack_below_bytes, 0);
+}
+
+TEST_F(LoaderTest, BadTransportValues) {
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+transport: {max_message_bytes: 100, high_water_mark: 0, linger_ms: -1, pack_below_bytes: 99999}
+)");
+  ASSERT_EQ(diagnostics_.size(), 4U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 32);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "'max_message_bytes' must be between 4096 and"));
+  EXPECT_AT(diagnostics_[1], 4, 54);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "'high_water_mark' must be between 1 and"));
+  EXPECT_AT(diagnostics_[2], 4, 68);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "'linger_ms' must be between 0 and 60000"));
+  EXPECT_AT(diagnostics_[3], 4, 90);
+  EXPECT_TRUE(contains(diagnostics_[3].message, "'pack_below_bytes' must be between 0 and 16384"));
+
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+transport: {max_message_bytes: 8192, pack_below_bytes: 8192}
+)");
+  EXPECT_AT(d, 4, 56);
+  EXPECT_TRUE(contains(d.message, "'pack_below_bytes' must be below 'max_message_bytes' (8192)")) << d.to_string();
+
+  auto unknown = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+transport: {max_message_size: 8192}
+)");
+  EXPECT_AT(unknown, 4, 13);
+  EXPECT_TRUE(contains(unknown.hint, "did you mean 'max_message_bytes'?")) << unknown.to_string();
+}
+
 TEST_F(LoaderTest, PinnedToUnknownUnit) {
   auto d = only_error(R"(pipeline: t
 units: 2

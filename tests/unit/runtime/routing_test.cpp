@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <vector>
 
 #include "runtime/routing.hpp"
 
@@ -15,6 +16,14 @@ Envelope env(std::uint64_t stream, std::uint64_t seq) {
   h.stream = stream;
   h.seq = seq;
   return Envelope(h, nullptr);
+}
+
+/// An envelope with `bytes` of payload (the router looks at the size only).
+Envelope sized(std::uint64_t stream, std::uint64_t seq, std::size_t bytes) {
+  EnvelopeHeader h;
+  h.stream = stream;
+  h.seq = seq;
+  return Envelope(h, Payload::copy_of(std::vector<std::uint8_t>(bytes).data(), bytes));
 }
 
 TEST(ConsistentHashRing, SameStreamSameReplica) {
@@ -190,6 +199,72 @@ TEST(EdgeRouter, KeepsSentEnvelopesUntilReleased) {
   EXPECT_EQ(r.in_flight(0), 4U);
   r.on_ack(0, 0, 3, 0, out);
   EXPECT_EQ(r.in_flight(0), 1U);
+}
+
+TEST(EdgeRouter, APayloadTooLargeForOtherUnitsGoesToAReplicaInThisOne) {
+  EdgeRouter r(3, 2, Overflow::block, false);
+  r.set_remote({true, false, true}, 1000);  // replica 1 is in this unit
+  std::vector<Dispatch> out;
+  r.offer(sized(0, 0, 1001), out);
+  r.offer(sized(0, 1, 1000), out);  // at the limit: anywhere
+  r.offer(sized(0, 2, 5000), out);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].replica, 1);
+  EXPECT_EQ(out[2].replica, 1);
+  // Replica 1 is out of credit: the next large one waits for it, though the
+  // others have credit.
+  r.offer(sized(0, 3, 5000), out);
+  EXPECT_EQ(out.size(), 3U);
+  EXPECT_TRUE(r.blocked());
+  r.on_ack(0, 1, 1, 0, out);
+  EXPECT_EQ(out.size(), 3U) << "credit from a remote replica does not send it";
+  r.on_ack(1, 2, 2, 0, out);
+  ASSERT_EQ(out.size(), 4U);
+  EXPECT_EQ(out[3].replica, 1);
+  EXPECT_EQ(out[3].envelope.header().seq, 3U);
+  EXPECT_EQ(r.dropped(), 0U);
+  EXPECT_EQ(r.too_large(), 0U);
+}
+
+TEST(EdgeRouter, APayloadTooLargeForOtherUnitsWithNoReplicaHereIsDroppedAndCounted) {
+  EdgeRouter all_remote(2, 4, Overflow::block, false);
+  all_remote.set_remote({true, true}, 1000);
+  std::vector<Dispatch> out;
+  all_remote.offer(sized(0, 0, 1001), out);
+  all_remote.offer(sized(0, 1, 10), out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].envelope.header().seq, 1U);
+  EXPECT_EQ(all_remote.dropped(), 1U);
+  EXPECT_EQ(all_remote.too_large(), 1U);
+  EXPECT_EQ(all_remote.offered(), 2U);
+  EXPECT_FALSE(all_remote.blocked());
+
+  // Keyed: a stream whose replica is on another unit cannot take it; one
+  // whose replica is here can.
+  ConsistentHashRing ring(2);
+  EdgeRouter keyed(2, 4, Overflow::block, true);
+  keyed.set_remote({false, true}, 1000);
+  out.clear();
+  std::uint64_t here = 0;
+  std::uint64_t there = 0;
+  while (ring.replica_for(here) != 0) ++here;
+  while (ring.replica_for(there) != 1) ++there;
+  keyed.offer(sized(here, 0, 2000), out);
+  keyed.offer(sized(there, 0, 2000), out);
+  keyed.offer(sized(there, 1, 100), out);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[0].replica, 0);
+  EXPECT_EQ(out[1].replica, 1);
+  EXPECT_EQ(out[1].envelope.header().seq, 1U);
+  EXPECT_EQ(keyed.too_large(), 1U);
+
+  // All replicas in this unit: no limit applies.
+  EdgeRouter local(2, 4, Overflow::block, false);
+  local.set_remote({false, false}, 1000);
+  out.clear();
+  local.offer(sized(0, 0, 1u << 20), out);
+  EXPECT_EQ(out.size(), 1U);
+  EXPECT_EQ(local.too_large(), 0U);
 }
 
 TEST(AckThreshold, NeverZeroAndAtMostHalfTheCapacity) {

@@ -65,34 +65,97 @@ TEST(Units, ChainAcrossThreeUnitsMatchesOneUnit) {
   EXPECT_GT(crossed, 0U);
 }
 
-TEST(Units, PayloadCrossesUnitsInProcessWithoutACopy) {
-  Runtime rt;
-  ASSERT_TRUE(rt.load_string("pipeline: zc\nunits: 2\nstages:\n"
-                             "  - {id: src, type: sim.source, params: {count: 200, payload_bytes: 65536},\n"
-                             "     placement: {units: [u0]}}\n"
-                             "  - {id: work, type: sim.work, inputs: {in: src/out}, placement: {units: [u1]}}\n"
-                             "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u1]}}\n",
-                             "zc.yaml")
-                  .ok());
-  std::mutex m;
-  std::vector<Envelope> keep;  // no address reuse while the run lasts
+/// The payload addresses a run of `yaml` shows on src/out (made on u0) and
+/// on work/out (work, on u1, passes its input on).
+struct Addresses {
   std::set<const void*> sent;
   std::set<const void*> arrived;
-  ASSERT_TRUE(rt.subscribe("src/out", [&](const Envelope& e) {
+  RunReport report;
+};
+
+Addresses payload_addresses(const std::string& yaml) {
+  Addresses a;
+  Runtime rt;
+  std::vector<Diagnostic> diags;
+  EXPECT_TRUE(rt.load_string(yaml, "zc.yaml", &diags).ok()) << format_diagnostics(diags);
+  std::mutex m;
+  std::vector<Envelope> keep;  // no address reuse while the run lasts
+  EXPECT_TRUE(rt.subscribe("src/out", [&](const Envelope& e) {
                   std::lock_guard<std::mutex> lock(m);
                   keep.push_back(e);
-                  sent.insert(e.payload()->data());
+                  a.sent.insert(e.payload()->data());
                 }).ok());
-  ASSERT_TRUE(rt.subscribe("work/out", [&](const Envelope& e) {
+  EXPECT_TRUE(rt.subscribe("work/out", [&](const Envelope& e) {
                   std::lock_guard<std::mutex> lock(m);
-                  arrived.insert(e.payload()->data());
+                  a.arrived.insert(e.payload()->data());
                 }).ok());
-  ASSERT_TRUE(rt.run().ok());
-  RunReport r = rt.report();
+  EXPECT_TRUE(rt.run().ok());
+  a.report = rt.report();
+  return a;
+}
+
+std::string crossing_pipeline(const std::string& transport, int payload_bytes, int count) {
+  return "pipeline: zc\nunits: 2\n" + transport + "stages:\n"
+         "  - {id: src, type: sim.source, params: {count: " + std::to_string(count) +
+         ", payload_bytes: " + std::to_string(payload_bytes) + "},\n"
+         "     placement: {units: [u0]}}\n"
+         "  - {id: work, type: sim.work, inputs: {in: src/out}, placement: {units: [u1]}}\n"
+         "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u1]}}\n";
+}
+
+TEST(Units, PayloadCrossesUnitsInProcessWithoutACopy) {
+  const Addresses a = payload_addresses(crossing_pipeline("", 65536, 200));
+  ASSERT_EQ(a.report.units.size(), 2U);
+  EXPECT_EQ(a.report.units[1].received, 200U + 1U);  // 200 envelopes and one end-of-stream mark
+  EXPECT_EQ(a.sent.size(), 200U);
+  EXPECT_EQ(a.sent, a.arrived) << "the bytes that reached unit u1 are the ones unit u0 made";
+}
+
+TEST(Units, PackBelowBytesFromThePipelineFileReachesTheTransport) {
+  // Packed payloads are copied into their pack; with packing off even
+  // 64-byte payloads cross without a copy.
+  const Addresses a = payload_addresses(crossing_pipeline("transport: {pack_below_bytes: 0}\n", 64, 100));
+  EXPECT_EQ(a.sent.size(), 100U);
+  EXPECT_EQ(a.sent, a.arrived);
+}
+
+TEST(Units, APayloadTooLargeForTheTransportIsDroppedAndCountedNotLost) {
+  // Over max_message_bytes the receiving unit would refuse the message and
+  // drop the connection; the producer drops it instead, counted, and the
+  // run ends as usual.
+  RunReport r = run("pipeline: big\nunits: 2\ntransport: {max_message_bytes: 65536}\nstages:\n"
+                    "  - {id: src, type: sim.source, params: {count: 12, payload_bytes: 65536},\n"
+                    "     placement: {units: [u0]}}\n"
+                    "  - {id: sink, type: sim.sink, inputs: {in: src/out}, placement: {units: [u1]}}\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  const EdgeReport* e = r.edge("src/out", "sink/in");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->sent, 12U);
+  EXPECT_EQ(e->dropped, 12U);
+  EXPECT_EQ(e->too_large, 12U);
+  EXPECT_EQ(e->delivered, 0U);
+  EXPECT_EQ(counter(r.stage("sink"), "received"), 0);
+  for (const auto& u : r.units) EXPECT_EQ(u.rejected, 0U) << u.id << ": nothing too large was sent";
+}
+
+TEST(Units, APayloadTooLargeForTheTransportStaysWithAReplicaInItsUnit) {
+  // One sink replica on each unit: every large payload goes to the one in
+  // the producer's unit; the other gets only the end-of-stream mark.
+  RunReport r = run("pipeline: big\nunits: 2\ntransport: {max_message_bytes: 65536}\nstages:\n"
+                    "  - {id: src, type: sim.source, params: {count: 40, payload_bytes: 65536},\n"
+                    "     placement: {units: [u0]}}\n"
+                    "  - {id: sink, type: sim.sink, replicas: 2, inputs: {in: src/out}, placement: {spread: true}}\n");
+  ASSERT_TRUE(r.ok) << r.error;
   ASSERT_EQ(r.units.size(), 2U);
-  EXPECT_EQ(r.units[1].received, 200U + 1U);  // 200 envelopes and one end-of-stream mark
-  EXPECT_EQ(sent.size(), 200U);
-  EXPECT_EQ(sent, arrived) << "the bytes that reached unit u1 are the ones unit u0 made";
+  EXPECT_EQ(r.units[0].replicas, 2) << "the source and one sink replica";
+  EXPECT_EQ(r.units[1].replicas, 1);
+  const EdgeReport* e = r.edge("src/out", "sink/in");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->delivered, 40U);
+  EXPECT_EQ(e->dropped, 0U);
+  EXPECT_EQ(counter(r.stage("sink"), "received"), 40);
+  EXPECT_EQ(counter(r.stage("sink"), "reordered"), 0);
+  EXPECT_EQ(r.units[1].received, 1U) << "only the end-of-stream mark crossed";
 }
 
 class CrossUnitOverflow : public ::testing::TestWithParam<std::string> {};
