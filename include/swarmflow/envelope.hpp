@@ -102,7 +102,8 @@ constexpr std::size_t kPooledPayloadLimit = 256u << 20;
 /// heap) and M_TRIM_THRESHOLD to kFrameHeapTrimBytes (a heap keeps that much
 /// free at its top), once per process. Resident memory then stays near its
 /// peak instead of following every burst; the peak itself is what the
-/// queues bound.
+/// queues bound, plus up to kFrameHeapTrimBytes left free in each of glibc's
+/// arenas (one per thread that allocates, at most 8 per core).
 ///
 /// The Runtime calls it unless RuntimeOptions::tune_allocator is false. It
 /// changes nothing, and returns false, when the environment already sets

@@ -37,7 +37,9 @@ struct RuntimeOptions {
   /// coordinator hosted here; needed when any of them is on tcp://.
   std::string secret_key_path;
   /// Keep freed frame-sized blocks in the heap for the next frame
-  /// (`keep_freed_frames_in_heap()`, process-wide, once). False leaves the C
+  /// (`keep_freed_frames_in_heap()`): a process-wide change of glibc's
+  /// malloc settings, made once, by the first Runtime constructed with it on,
+  /// while other threads may already be allocating. False leaves the C
   /// library's allocator as the application set it.
   bool tune_allocator = true;
 };

@@ -71,9 +71,9 @@ const std::vector<std::string> kPolicies = {"static", "adaptive"};
 
 constexpr std::int64_t kMaxUnits = 4096;
 // Messages between units: at least room for a frame header and a small
-// payload, at most what one ZeroMQ frame and a 32-bit FlatBuffers offset hold.
+// payload, at most the largest buffer FlatBuffers verifies (2^31 - 2).
 constexpr std::int64_t kMinMessageBytes = 4096;
-constexpr std::int64_t kMaxMessageBytes = (1ll << 31) - 1;
+constexpr std::int64_t kMaxMessageBytes = (1ll << 31) - 2;
 constexpr std::int64_t kMaxPackBelowBytes = 16384;  // a pack frame is at most 64 KiB
 constexpr std::int64_t kMaxReplicas = 4096;
 constexpr std::int64_t kMaxCapacity = 1'000'000;

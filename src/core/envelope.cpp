@@ -52,12 +52,18 @@ class SmallBlockCache {
     for (auto& b : bins_) {
       if (b.size == size) bin = &b;
     }
-    if (bin == nullptr) {
-      if (bins_.size() >= kMaxBins) return false;
-      bins_.push_back(Bin{size, {}});
-      bin = &bins_.back();
+    // Called from destructors: out of memory here just frees the block.
+    try {
+      if (bin == nullptr) {
+        if (bins_.size() >= kMaxBins) return false;
+        bins_.reserve(kMaxBins);  // so that `bin` stays valid below
+        bins_.push_back(Bin{size, {}});
+        bin = &bins_.back();
+      }
+      bin->blocks.push_back(block);
+    } catch (const std::bad_alloc&) {
+      return false;
     }
-    bin->blocks.push_back(block);
     bytes_ += size;
     return true;
   }

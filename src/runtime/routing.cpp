@@ -75,6 +75,7 @@ EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bo
       views_(static_cast<std::size_t>(std::max(1, replicas))),
       in_flight_(static_cast<std::size_t>(std::max(1, replicas))) {
   for (auto& v : views_) v.credits = capacity_;
+  fixed_waiting_.assign(views_.size(), 0);
 }
 
 std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
@@ -135,9 +136,15 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
       return;
     }
   }
-  // Envelopes already waiting go first, so that order per consumer is kept.
-  if (waiting_.empty()) {
-    const int pick = target >= 0 ? target : choose(envelope);
+  // Envelopes already waiting for a replica go to it first, so that order per
+  // consumer is kept; one that may go anywhere waits behind any that may too.
+  if (unfixed_waiting_ == 0) {
+    int pick = -1;
+    if (target >= 0) {
+      if (fixed_waiting_[static_cast<std::size_t>(target)] == 0) pick = target;
+    } else {
+      pick = choose_free(envelope);
+    }
     if (try_send(pick, envelope, out)) return;
   }
   if (!may_wait && overflow_ == config::Overflow::block) {
@@ -146,23 +153,56 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
   }
   switch (overflow_) {
     case config::Overflow::block:
-      waiting_.push_back(Waiting{target, std::move(envelope)});
+      wait(target, std::move(envelope));
       return;
     case config::Overflow::drop_newest:
       if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
         ++dropped_;
         return;
       }
-      waiting_.push_back(Waiting{target, std::move(envelope)});
+      wait(target, std::move(envelope));
       return;
     case config::Overflow::drop_oldest:
       if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
+        forget(waiting_.front());
         waiting_.pop_front();
         ++dropped_;
       }
-      waiting_.push_back(Waiting{target, std::move(envelope)});
+      wait(target, std::move(envelope));
       return;
   }
+}
+
+void EdgeRouter::wait(int target, Envelope envelope) {
+  if (target >= 0) {
+    ++fixed_waiting_[static_cast<std::size_t>(target)];
+  } else {
+    ++unfixed_waiting_;
+  }
+  waiting_.push_back(Waiting{target, std::move(envelope)});
+}
+
+void EdgeRouter::forget(const Waiting& w) {
+  if (w.target >= 0) {
+    --fixed_waiting_[static_cast<std::size_t>(w.target)];
+  } else {
+    --unfixed_waiting_;
+  }
+}
+
+int EdgeRouter::choose_free(const Envelope& e) {
+  bool any_fixed = false;
+  for (int n : fixed_waiting_) any_fixed = any_fixed || n > 0;
+  if (!any_fixed) return choose(e);
+  // Only replicas nothing waits for: an envelope fixed to a replica (too
+  // large for other units) must not be overtaken there.
+  scratch_ = views_;
+  for (std::size_t i = 0; i < scratch_.size(); ++i) {
+    if (fixed_waiting_[i] > 0) scratch_[i].credits = 0;
+  }
+  const int pick = pick_least_delay(scratch_, capacity_, next_start_);
+  if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
+  return pick;
 }
 
 void EdgeRouter::on_ack(int replica, int credits, int released, double service_ns, std::vector<Dispatch>& out) {
@@ -172,9 +212,10 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
   if (service_ns > 0) v.service_ns = v.service_ns > 0 ? 0.7 * v.service_ns + 0.3 * service_ns : service_ns;
   auto& flight = in_flight_[static_cast<std::size_t>(replica)];
   for (int i = 0; i < released && !flight.empty(); ++i) flight.pop_front();
-  // Hand waiting envelopes to whoever has credit now, oldest first. On keyed
-  // edges an envelope whose replica has no credit keeps its place, and so do
-  // later ones of the same replica, so per-stream order holds.
+  // Hand waiting envelopes to whoever has credit now, oldest first. An
+  // envelope fixed to a replica (keyed edges, payloads too large for other
+  // units) whose replica has no credit keeps its place, and so do later ones
+  // for that replica, so per-consumer order holds.
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     const int pick = it->target >= 0 ? it->target : choose(it->envelope);
     if (pick < 0) break;
@@ -182,6 +223,7 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
       ++it;
       continue;
     }
+    forget(*it);
     it = waiting_.erase(it);
   }
 }
@@ -189,6 +231,8 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
 void EdgeRouter::drop_waiting() {
   dropped_ += waiting_.size();
   waiting_.clear();
+  std::fill(fixed_waiting_.begin(), fixed_waiting_.end(), 0);
+  unfixed_waiting_ = 0;
 }
 
 }  // namespace swarmflow::runtime

@@ -101,6 +101,11 @@ class EdgeRouter {
     Envelope envelope;
   };
   int choose(const Envelope& e);
+  /// choose() among the replicas no fixed envelope waits for.
+  int choose_free(const Envelope& e);
+  void wait(int target, Envelope envelope);
+  /// Uncounts a waiting envelope that leaves the list.
+  void forget(const Waiting& w);
   /// The replica in this unit with the most credit; -1 when there is none.
   int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
@@ -114,6 +119,9 @@ class EdgeRouter {
   std::vector<ReplicaView> views_;
   std::vector<RingQueue<Envelope>> in_flight_;
   std::deque<Waiting> waiting_;
+  std::vector<int> fixed_waiting_;  ///< by replica: waiting envelopes fixed to it
+  int unfixed_waiting_ = 0;         ///< waiting envelopes that may go anywhere
+  std::vector<ReplicaView> scratch_;
   int next_start_ = 0;
   std::uint64_t offered_ = 0;
   std::uint64_t dispatched_ = 0;

@@ -566,7 +566,8 @@ class StageHost final : public StageContext {
       log("an envelope on " + run_->graph.from_name(edge) + " -> " + run_->graph.to_name(edge) +
           " has a payload over transport.max_message_bytes (" +
           std::to_string(run_->spec.transport.max_message_bytes) +
-          ") and no consumer replica in this unit: dropped (" + std::to_string(out.router.too_large()) + " so far)");
+          ") and could only go to a consumer replica on another unit: dropped (" +
+          std::to_string(out.router.too_large()) + " so far)");
     }
     out.stats->waiting.store(out.router.waiting(), std::memory_order_relaxed);
     out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),

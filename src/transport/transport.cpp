@@ -117,11 +117,17 @@ struct Transport::Impl {
 
   KeyPair keys() const { return KeyPair{config.public_key, config.secret_key}; }
 
+  /// The control plane's limits: always the defaults, whatever the data
+  /// plane's (a placement plan grows with the replicas, not with payloads).
+  static const WireLimits& control_limits() {
+    static const WireLimits defaults;
+    return defaults;
+  }
+
   /// Limits of every data and control socket; call after any CURVE option.
-  void configure(zmq::socket_t& s) {
+  void configure(zmq::socket_t& s, const WireLimits& wire) {
     SocketLimits limits;
-    limits.max_message_bytes =
-        static_cast<std::int64_t>(config.limits.max_payload_bytes + config.limits.max_header_bytes);
+    limits.max_message_bytes = static_cast<std::int64_t>(wire.max_payload_bytes + wire.max_header_bytes);
     limits.send_hwm = config.send_hwm;
     limits.recv_hwm = config.recv_hwm;
     limits.linger_ms = config.linger_ms;
@@ -135,7 +141,7 @@ struct Transport::Impl {
       const Peer& peer = config.peers[static_cast<std::size_t>(unit)];
       d = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
       if (is_tcp(peer.endpoint)) make_curve_client(*d, keys(), peer.public_key);
-      configure(*d);
+      configure(*d, config.limits);
       d->set(zmq::sockopt::routing_id, config.unit_id);
       d->connect(peer.endpoint);
     }
@@ -301,7 +307,7 @@ struct Transport::Impl {
         if (parts.size() < 2) parts.push_back(std::move(part));
       }
       const schema::Control* c = parts.size() == 1 ? verify_control(static_cast<const std::uint8_t*>(parts[0].data()),
-                                                                    parts[0].size(), config.limits)
+                                                                    parts[0].size(), control_limits())
                                                    : nullptr;
       if (c == nullptr) {
         counters.control_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -528,7 +534,7 @@ Status Transport::start() {
       }
       make_curve_server(s.router, s.keys(), kZapDomain);
     }
-    s.configure(s.router);
+    s.configure(s.router, s.config.limits);
     s.router.set(zmq::sockopt::router_mandatory, 1);
     if (Impl::is_tcp(s.config.endpoint)) s.monitor = std::make_unique<HandshakeMonitor>(s.context, s.router);
     s.router.bind(s.config.endpoint);
@@ -538,7 +544,7 @@ Status Transport::start() {
       if (Impl::is_tcp(s.config.control_endpoint)) {
         make_curve_client(*s.control, s.keys(), s.config.coordinator_public_key);
       }
-      s.configure(*s.control);
+      s.configure(*s.control, Impl::control_limits());
       s.control->set(zmq::sockopt::routing_id, s.config.unit_id);
       s.control->connect(s.config.control_endpoint);
     }

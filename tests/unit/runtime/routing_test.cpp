@@ -226,6 +226,35 @@ TEST(EdgeRouter, APayloadTooLargeForOtherUnitsGoesToAReplicaInThisOne) {
   EXPECT_EQ(r.too_large(), 0U);
 }
 
+TEST(EdgeRouter, ALargePayloadWaitingForItsReplicaDoesNotHoldUpTheOthers) {
+  for (Overflow overflow : {Overflow::drop_newest, Overflow::drop_oldest, Overflow::block}) {
+    EdgeRouter r(2, 2, overflow, false);
+    r.set_remote({false, true}, 1000);  // replica 0 here, replica 1 on another unit
+    std::vector<Dispatch> out;
+    r.offer(sized(0, 0, 10), out);
+    r.offer(sized(0, 1, 10), out);
+    r.offer(sized(0, 2, 10), out);
+    r.offer(sized(0, 3, 10), out);  // both replicas now out of credit
+    ASSERT_EQ(out.size(), 4U);
+    r.offer(sized(0, 4, 5000), out);  // waits for replica 0
+    EXPECT_EQ(out.size(), 4U);
+    out.clear();
+    r.on_ack(1, 2, 2, 0, out);  // replica 1 has room again: the large one still waits
+    EXPECT_TRUE(out.empty());
+    for (std::uint64_t seq = 5; seq < 7; ++seq) r.offer(sized(0, seq, 10), out);
+    ASSERT_EQ(out.size(), 2U) << "small ones go past it, to replica 1";
+    for (const auto& d : out) EXPECT_EQ(d.replica, 1);
+    out.clear();
+    r.on_ack(0, 1, 1, 0, out);
+    ASSERT_EQ(out.size(), 1U);
+    EXPECT_EQ(out[0].replica, 0);
+    EXPECT_EQ(out[0].envelope.header().seq, 4U);
+    EXPECT_EQ(r.dropped(), 0U);
+    EXPECT_EQ(r.waiting(), 0U);
+    EXPECT_FALSE(r.blocked());
+  }
+}
+
 TEST(EdgeRouter, APayloadTooLargeForOtherUnitsWithNoReplicaHereIsDroppedAndCounted) {
   EdgeRouter all_remote(2, 4, Overflow::block, false);
   all_remote.set_remote({true, true}, 1000);
