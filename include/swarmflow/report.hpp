@@ -45,6 +45,10 @@ struct EdgeReport {
   /// Of `dropped`: payloads over `transport.max_message_bytes` with no
   /// consumer replica in the producer's unit.
   std::uint64_t too_large = 0;
+  /// Of `dropped`: envelopes whose payload the consumer's unit refused on
+  /// arrival (unknown type, failed verification; counted by reason in that
+  /// unit's `rejected_by_reason`); acknowledged, so their credit came back.
+  std::uint64_t refused = 0;
   std::uint64_t waiting = 0;    ///< held by the producer for credit now
   std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest

@@ -65,10 +65,13 @@ std::string summary_table(const RunReport& r) {
   }
   out += format("\n  %-32s %-32s %10s %10s %9s  %s\n", "edge from", "to", "sent", "delivered", "dropped", "why");
   for (const auto& e : r.edges) {
-    std::string why = e.dropped == e.too_large ? "" : (e.overflow == "block" ? "live source, no credit" : e.overflow);
+    std::string why = e.dropped == e.too_large + e.refused
+                          ? ""
+                          : (e.overflow == "block" ? "live source, no credit" : e.overflow);
     if (e.too_large > 0) {
       why = (why.empty() ? "" : why + "; ") + std::to_string(e.too_large) + " over transport.max_message_bytes";
     }
+    if (e.refused > 0) why = (why.empty() ? "" : why + "; ") + std::to_string(e.refused) + " refused on arrival";
     out += format("  %-32s %-32s %10" PRIu64 " %10" PRIu64 " %9" PRIu64 "  %s\n", e.from.c_str(), e.to.c_str(), e.sent,
                   e.delivered, e.dropped, why.c_str());
   }

@@ -39,6 +39,7 @@ Json edge_json(const EdgeReport& e) {
   j["delivered"] = e.delivered;
   j["dropped"] = e.dropped;
   j["too_large"] = e.too_large;
+  j["refused"] = e.refused;
   j["overflow"] = e.overflow;
   return j;
 }

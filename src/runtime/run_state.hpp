@@ -56,6 +56,7 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> too_large{0};  ///< of dropped: payload over transport.max_message_bytes
   std::atomic<std::uint64_t> waiting{0};
   std::atomic<std::uint64_t> delivered{0};
+  std::atomic<std::uint64_t> refused{0};  ///< consumer side: payload refused by this unit's transport, acknowledged
   std::atomic<std::uint64_t> peak_in_flight{0};
 };
 

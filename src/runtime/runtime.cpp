@@ -177,7 +177,9 @@ RunReport build_report(const RunState& run) {
     }
     for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
       e.delivered += side->delivered.load(std::memory_order_relaxed);
+      e.refused += side->refused.load(std::memory_order_relaxed);
     }
+    e.dropped += e.refused;
     r.edges.push_back(std::move(e));
   }
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
@@ -242,6 +244,9 @@ class InboundBatcher {
     const auto& h = in.header;
     switch (in.destination.kind) {
       case transport::FrameKind::deliver: {
+        // Refused for its payload: acknowledged only for the unit that really
+        // hosts the producer it names, so no other peer can spend its credit.
+        if (!in.payload && !sent_by_producer(*run, in)) return;
         Batch& b = batch_for(target, h.edge, h.from_replica);
         if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
         b.envelopes.emplace_back(h.envelope, std::move(in.payload));
@@ -271,6 +276,16 @@ class InboundBatcher {
     std::uint32_t from;
     std::vector<Envelope> envelopes;
   };
+
+  static bool sent_by_producer(const RunState& run, const transport::Inbound& in) {
+    const auto edge = static_cast<std::size_t>(in.header.edge);
+    if (in.sender < 0 || edge >= run.graph.edges.size()) return false;
+    const graph::Edge& e = run.graph.edges[edge];
+    if (e.to_node != static_cast<int>(in.destination.node)) return false;
+    const auto& producers = run.unit_of[static_cast<std::size_t>(e.from_node)];
+    const auto from = static_cast<std::size_t>(in.header.from_replica);
+    return from < producers.size() && producers[from] == in.sender;
+  }
 
   Batch& batch_for(const caf::actor& target, std::uint32_t edge, std::uint32_t from) {
     for (auto& b : batches_) {

@@ -243,7 +243,11 @@ class StageHost final : public StageContext {
     if (in < 0) return;
     EnvelopeHeader h = e.header();
     h.add_hop(now);
-    in_[static_cast<std::size_t>(in)].stats->delivered.fetch_add(1, std::memory_order_relaxed);
+    // No payload: another unit's envelope whose payload this unit's transport
+    // refused (counted there); it is acknowledged in its turn, not processed.
+    auto& counter = e.payload() ? in_[static_cast<std::size_t>(in)].stats->delivered
+                                : in_[static_cast<std::size_t>(in)].stats->refused;
+    counter.fetch_add(1, std::memory_order_relaxed);
     queue_.push_back(Item{in, from, std::move(e).with_header(h), false});
     ++data_queued_;
     if (data_queued_ > stats_->queue_peak.load(std::memory_order_relaxed)) {
@@ -279,6 +283,9 @@ class StageHost final : public StageContext {
       if (item.eos) {
         --eos_remaining_;
         flush_acks(in_[static_cast<std::size_t>(item.in)], true);
+      } else if (!item.envelope.payload()) {
+        acknowledge(item.in, item.from);
+        --data_queued_;
       } else if (join_.enabled) {
         join_insert(item, t);
         acknowledge(item.in, item.from);
@@ -543,6 +550,12 @@ class StageHost final : public StageContext {
   void emit_outputs() {
     auto& items = outputs_.items();
     for (auto& item : items) {
+      if (!item.envelope.payload()) {
+        // A consumer would take it for one refused on arrival: never sent.
+        stats_->errors.fetch_add(1, std::memory_order_relaxed);
+        log("replica " + std::to_string(replica_) + " emitted an envelope without a payload: dropped");
+        continue;
+      }
       const auto& subs = run_->subscribers[static_cast<std::size_t>(node_)][static_cast<std::size_t>(item.port)];
       for (const auto& sub : subs) sub(item.envelope);
       for (auto& out : out_) {

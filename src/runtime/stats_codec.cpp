@@ -38,7 +38,7 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
         if (run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
         const EdgeSideStats& s = *run.edge_in[e][r];
         edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r),
-                                               false, 0, 0, s.delivered.load(), 0));
+                                               false, 0, 0, s.delivered.load(), 0, 0, s.refused.load()));
       }
     }
     flatbuffers::Offset<schema::TransportStats> transport_stats;
@@ -101,6 +101,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
       } else {
         if (r >= run.edge_in[e].size() || run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
         run.edge_in[e][r]->delivered += es->delivered();
+        run.edge_in[e][r]->refused += es->refused();
       }
     }
   }

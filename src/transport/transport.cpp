@@ -370,11 +370,13 @@ struct Transport::Impl {
 
   void handle(std::array<zmq::message_t, kMaxFrames + 1>& frames, std::size_t count, bool from_router) {
     std::size_t first = 0;
+    int sender = -1;
     if (from_router) {
       const std::string_view id(static_cast<const char*>(frames[0].data()), frames[0].size());
-      bool known = false;
-      for (const auto& p : config.peers) known = known || p.unit_id == id;
-      if (!known) {
+      for (std::size_t p = 0; p < config.peers.size() && sender < 0; ++p) {
+        if (config.peers[p].unit_id == id) sender = static_cast<int>(p);
+      }
+      if (sender < 0) {
         counters.unknown_peer.fetch_add(1, std::memory_order_relaxed);
         log("message from an unknown peer dropped");
         return;
@@ -383,7 +385,7 @@ struct Transport::Impl {
     }
     const std::size_t parts = count - first;
     if (parts == 1) {
-      handle_pack(frames[first]);
+      handle_pack(frames[first], sender);
       return;
     }
     std::array<FrameView, kMaxFrames> views{};
@@ -400,12 +402,15 @@ struct Transport::Impl {
       auto holder = std::make_shared<zmq::message_t>(std::move(m));
       return Payload::wrap(static_cast<const std::uint8_t*>(holder->data()), holder->size(), holder);
     };
-    auto inbound = decode_message(views.data(), parts, config.limits, &why, adopt);
+    Inbound refused = not_refused();
+    auto inbound = decode_message(views.data(), parts, config.limits, &why, adopt, &refused);
     if (!inbound) {
       reject(why);
+      hand_over_refused(refused, sender);
       return;
     }
     counters.received.fetch_add(1, std::memory_order_relaxed);
+    inbound->sender = sender;
     handler(std::move(*inbound));
   }
 
@@ -413,7 +418,7 @@ struct Transport::Impl {
   /// record that fails is dropped and counted, the others are delivered.
   /// Payloads are views of the frame (of one aligned copy of it, when ZeroMQ
   /// placed it at an address FlatBuffers cannot read in place).
-  void handle_pack(zmq::message_t& frame) {
+  void handle_pack(zmq::message_t& frame, int sender) {
     std::shared_ptr<const void> owner;
     FrameView pack{static_cast<const std::uint8_t*>(frame.data()), frame.size()};
     if (is_wire_aligned(pack.data)) {
@@ -438,15 +443,32 @@ struct Transport::Impl {
       const auto& record = records[i];
       Rejection why = Rejection::none;
       auto adopt = [this, i]() -> PayloadPtr { return std::move(pack_views[i]); };
-      auto inbound = decode_record(record, config.limits, &why, adopt);
+      Inbound refused = not_refused();
+      auto inbound = decode_record(record, config.limits, &why, adopt, &refused);
       if (!inbound) {
         reject(why);
+        hand_over_refused(refused, sender);
         continue;
       }
       counters.received.fetch_add(1, std::memory_order_relaxed);
+      inbound->sender = sender;
       handler(std::move(*inbound));
     }
     pack_views.clear();  // views of refused records: the frame need not outlive the others
+  }
+
+  static Inbound not_refused() {
+    Inbound in;
+    in.destination.kind = FrameKind::eos;  // filled in (as a deliver) only when refused
+    return in;
+  }
+
+  /// A deliver refused for its payload alone goes on without one: its
+  /// consumer counts it as refused and acknowledges it in its turn.
+  void hand_over_refused(Inbound& refused, int sender) {
+    if (refused.destination.kind != FrameKind::deliver || sender < 0) return;
+    refused.sender = sender;
+    handler(std::move(refused));
   }
 
   void reject(Rejection why) {

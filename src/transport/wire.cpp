@@ -493,10 +493,21 @@ namespace {
 /// The checks after the header's: the payload's size, type and Verifier.
 std::optional<Inbound> finish(const Destination& destination, WireHeader&& header, const FrameView& payload_frame,
                               const WireLimits& limits, Rejection* why,
-                              const std::function<PayloadPtr()>& adopt_payload) {
+                              const std::function<PayloadPtr()>& adopt_payload, Inbound* refused) {
   Inbound in;
   in.destination = destination;
   in.header = std::move(header);
+  // A deliver whose destination and header passed but whose payload did not:
+  // its consumer still acknowledges it, so that its producer's credit comes back.
+  auto refuse = [&](Rejection r) -> std::optional<Inbound> {
+    set(why, r);
+    if (refused != nullptr) {
+      refused->destination = in.destination;
+      refused->header = std::move(in.header);
+      refused->payload = nullptr;
+    }
+    return std::nullopt;
+  };
   if (destination.kind != FrameKind::deliver) {
     if (payload_frame.size != 0) {
       set(why, Rejection::payload_size);
@@ -506,14 +517,11 @@ std::optional<Inbound> finish(const Destination& destination, WireHeader&& heade
     return in;
   }
   const Rejection r = verify_payload(in.header.payload_id, payload_frame.data, payload_frame.size, limits);
-  if (r != Rejection::none) {
-    set(why, r);
-    return std::nullopt;
-  }
+  if (r != Rejection::none) return refuse(r);
   in.payload = adopt_payload ? adopt_payload() : nullptr;
   if (!in.payload || in.payload->size() != payload_frame.size || !is_wire_aligned(in.payload->data())) {
-    set(why, Rejection::payload_invalid);
-    return std::nullopt;
+    in.payload = nullptr;
+    return refuse(Rejection::payload_invalid);
   }
   set(why, Rejection::none);
   return in;
@@ -522,7 +530,8 @@ std::optional<Inbound> finish(const Destination& destination, WireHeader&& heade
 }  // namespace
 
 std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count, const WireLimits& limits,
-                                      Rejection* why, const std::function<PayloadPtr()>& adopt_payload) {
+                                      Rejection* why, const std::function<PayloadPtr()>& adopt_payload,
+                                      Inbound* refused) {
   if (count != 3) {
     set(why, Rejection::part_count);
     return std::nullopt;
@@ -549,11 +558,11 @@ std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count
     return std::nullopt;
   }
 
-  return finish(*destination, std::move(*header), payload_frame, limits, why, adopt_payload);
+  return finish(*destination, std::move(*header), payload_frame, limits, why, adopt_payload, refused);
 }
 
 std::optional<Inbound> decode_record(const std::array<FrameView, 3>& record, const WireLimits& limits, Rejection* why,
-                                     const std::function<PayloadPtr()>& adopt_payload) {
+                                     const std::function<PayloadPtr()>& adopt_payload, Inbound* refused) {
   auto destination = decode_destination(record[0].data, record[0].size);
   if (!destination) {
     set(why, Rejection::destination);
@@ -569,7 +578,7 @@ std::optional<Inbound> decode_record(const std::array<FrameView, 3>& record, con
     set(why, Rejection::header_invalid);
     return std::nullopt;
   }
-  return finish(*destination, std::move(*header), record[2], limits, why, adopt_payload);
+  return finish(*destination, std::move(*header), record[2], limits, why, adopt_payload, refused);
 }
 
 }  // namespace swarmflow::transport

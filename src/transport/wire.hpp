@@ -188,6 +188,10 @@ struct Inbound {
   Destination destination;
   WireHeader header;
   PayloadPtr payload;
+  /// Which peer sent it (index in TransportConfig::peers), by the routing id
+  /// its connection was admitted with; -1 when not known (replies on a
+  /// unit's own outgoing connections).
+  int sender = -1;
 };
 
 /// Checks and decodes one inbound message, in this order: part count,
@@ -196,13 +200,17 @@ struct Inbound {
 /// (keeping the socket's buffer alive, or copying it when misaligned); it is
 /// called only after every check passed, and only for deliver. A Payload that
 /// is null, of another size or misaligned is refused as payload_invalid.
+/// When a deliver's destination and header pass and only its payload fails,
+/// `*refused` (if given) gets the destination and header with a null
+/// payload: its consumer acknowledges it, so its producer's credit returns.
 std::optional<Inbound> decode_message(const FrameView* frames, std::size_t count, const WireLimits& limits,
-                                      Rejection* why, const std::function<PayloadPtr()>& adopt_payload);
+                                      Rejection* why, const std::function<PayloadPtr()>& adopt_payload,
+                                      Inbound* refused = nullptr);
 
 /// decode_message for one record of a pack ([destination][record header]
 /// [payload], as split_pack returns them): the same checks in the same
 /// order, with the record header's own (decode_record_header).
 std::optional<Inbound> decode_record(const std::array<FrameView, 3>& record, const WireLimits& limits, Rejection* why,
-                                     const std::function<PayloadPtr()>& adopt_payload);
+                                     const std::function<PayloadPtr()>& adopt_payload, Inbound* refused = nullptr);
 
 }  // namespace swarmflow::transport

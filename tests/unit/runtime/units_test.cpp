@@ -10,6 +10,8 @@
 #include <stdlib.h>
 
 #include <swarmflow/runtime.hpp>
+#include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/stage.hpp>
 
 namespace swarmflow {
 namespace {
@@ -157,6 +159,78 @@ TEST(Units, APayloadTooLargeForTheTransportStaysWithAReplicaInItsUnit) {
   EXPECT_EQ(counter(r.stage("sink"), "reordered"), 0);
   EXPECT_EQ(r.units[1].received, 1U) << "only the end-of-stream mark crossed";
 }
+
+/// A source of Blobs under an identifier no unit has registered ("ODDP"),
+/// on an output of any type: another unit's transport refuses every one.
+class UnknownTypeSource final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    out_ = s.output<AnyPayload>("out");
+    s.param(count_, "count", "envelopes to make", 10, {1, 1000000});
+  }
+  Status process(Inputs&, Outputs& out, StageContext&) override {
+    if (made_ >= count_) return Status::end_of_stream();
+    flatbuffers::FlatBufferBuilder fbb;
+    auto data = fbb.CreateVector(std::vector<std::uint8_t>(16, 1));
+    fbb.Finish(schema::CreateBlob(fbb, 0, static_cast<std::uint64_t>(made_), data), "ODDP");
+    EnvelopeHeader h;
+    h.seq = static_cast<std::uint64_t>(made_++);
+    out.emit(out_, Payload::from_builder(fbb), h);
+    return {};
+  }
+
+ private:
+  OutputPort<AnyPayload> out_;
+  std::int64_t count_ = 0;
+  std::int64_t made_ = 0;
+};
+
+class AnyInput final : public Stage {
+ public:
+  void setup(StageSpec& s) override { in_ = s.input<AnyPayload>("in"); }
+  Status process(Inputs&, Outputs&, StageContext&) override { return {}; }
+
+ private:
+  InputPort<AnyPayload> in_;
+};
+
+class RefusedOnArrival : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RefusedOnArrival, PayloadsStillReturnTheirCredit) {
+  // Ten times the queue's capacity, all refused by u1's transport: without
+  // their acks the source would run out of credit after four and the run
+  // would never end. Packed records and messages of their own alike.
+  Runtime rt;
+  ASSERT_TRUE(rt.registry().add<UnknownTypeSource>("test.unknown_type_source", "unregistered payloads").ok());
+  ASSERT_TRUE(rt.registry().add<AnyInput>("test.any_input", "takes anything").ok());
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string("pipeline: refused\nunits: 2\n" + GetParam() + "stages:\n"
+                             "  - {id: src, type: test.unknown_type_source, params: {count: 40},\n"
+                             "     placement: {units: [u0]}}\n"
+                             "  - {id: sink, type: test.any_input, inputs: {in: src/out}, queue: {capacity: 4},\n"
+                             "     placement: {units: [u1]}}\n",
+                             "refused.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
+  ASSERT_TRUE(rt.run().ok());
+  RunReport r = rt.report();
+  const EdgeReport* e = r.edge("src/out", "sink/in");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->sent, 40U);
+  EXPECT_EQ(e->refused, 40U);
+  EXPECT_EQ(e->dropped, 40U);
+  EXPECT_EQ(e->delivered, 0U);
+  EXPECT_EQ(r.stage("sink")->processed, 0U);
+  ASSERT_EQ(r.units.size(), 2U);
+  EXPECT_EQ(r.units[1].rejected, 40U);
+  EXPECT_EQ(r.units[1].rejected_by_reason["payload_type"], 40U);
+}
+
+INSTANTIATE_TEST_SUITE_P(Packing, RefusedOnArrival,
+                         ::testing::Values("", "transport: {pack_below_bytes: 0}\n"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? std::string("Packed") : std::string("Unpacked");
+                         });
 
 class CrossUnitOverflow : public ::testing::TestWithParam<std::string> {};
 

@@ -427,6 +427,34 @@ TEST(WireReject, PayloadOfUnknownType) {
   EXPECT_EQ(m.rejection(), Rejection::payload_type);
 }
 
+TEST(WireReject, APayloadRefusedAfterItsHeaderPassedKeepsTheHeaderForTheAck) {
+  Message m = deliver_message("ZZZZ", blob_bytes(16));
+  std::vector<FrameView> views;
+  for (const auto& f : m.frames) views.push_back(FrameView{f.data(), f.size()});
+  Rejection why = Rejection::none;
+  Inbound refused;
+  refused.destination.kind = FrameKind::eos;
+  EXPECT_FALSE(decode_message(views.data(), views.size(), WireLimits{}, &why, nullptr, &refused).has_value());
+  EXPECT_EQ(why, Rejection::payload_type);
+  EXPECT_EQ(refused.destination.kind, FrameKind::deliver);
+  EXPECT_EQ(refused.destination.replica, 5U);
+  EXPECT_EQ(refused.header.edge, 2U);
+  EXPECT_EQ(refused.header.from_replica, 1U);
+  EXPECT_EQ(refused.header.envelope.seq, 42U);
+  EXPECT_EQ(refused.payload, nullptr);
+
+  // A header that fails leaves nothing to acknowledge.
+  Message bad = blob_message();
+  bad.frames[1] = header_bytes(deliver_header(""));
+  views.clear();
+  for (const auto& f : bad.frames) views.push_back(FrameView{f.data(), f.size()});
+  Inbound untouched;
+  untouched.destination.kind = FrameKind::eos;
+  EXPECT_FALSE(decode_message(views.data(), views.size(), WireLimits{}, &why, nullptr, &untouched).has_value());
+  EXPECT_EQ(why, Rejection::header_invalid);
+  EXPECT_EQ(untouched.destination.kind, FrameKind::eos);
+}
+
 TEST(WireReject, PayloadIdentifierDiffersFromPayloadId) {
   Message m = deliver_message("SFFR", blob_bytes(16));
   EXPECT_EQ(m.rejection(), Rejection::payload_type);
