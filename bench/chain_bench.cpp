@@ -34,6 +34,8 @@
 #include <swarmflow/schema/blob_generated.h>
 #include <swarmflow/swarmflow.hpp>
 
+#include "bench_args.hpp"
+
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::PayloadPtr)
 
 namespace {
@@ -58,66 +60,24 @@ struct Options {
   std::string only;                ///< "raw" or "swarmflow": run one side only (for profiling)
 };
 
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--n N] [--latency-n N] [--rate HZ] [--threads T] [--repeat R]\n"
-      "          [--window W] [--capacity C] [--payload-bytes B] [--json FILE]\n"
-      "          [--only raw|swarmflow]\n"
-      "  --n            messages per throughput run (default 200000)\n"
-      "  --latency-n    messages per latency run (default 40000)\n"
-      "  --rate         paced load of the latency runs, messages/s (default 20000)\n"
-      "  --threads      CAF worker threads for both sides (default: cores, at least 2)\n"
-      "  --repeat       runs of each measurement, the median is reported (default 3)\n"
-      "  --window       raw CAF: most messages outstanding, acked every W/2 (default 1024)\n"
-      "  --capacity     swarmflow: queue capacity of every edge (default 64)\n"
-      "  --payload-bytes  bytes of data per Blob (default 64)\n"
-      "  --json FILE    also write the results as JSON to FILE\n"
-      "  --only SIDE    run only `raw` or only `swarmflow` (to profile one side)\n",
-      argv0);
-}
-
 bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--n") {
-      o.n = std::atoll(value("--n"));
-    } else if (a == "--latency-n") {
-      o.latency_n = std::atoll(value("--latency-n"));
-    } else if (a == "--rate") {
-      o.rate_hz = std::atof(value("--rate"));
-    } else if (a == "--threads") {
-      o.threads = std::atoi(value("--threads"));
-    } else if (a == "--repeat") {
-      o.repeat = std::atoi(value("--repeat"));
-    } else if (a == "--window") {
-      o.window = std::atoi(value("--window"));
-    } else if (a == "--capacity") {
-      o.capacity = std::atoi(value("--capacity"));
-    } else if (a == "--payload-bytes") {
-      o.payload_bytes = std::atoi(value("--payload-bytes"));
-    } else if (a == "--json") {
-      o.json_path = value("--json");
-    } else if (a == "--only") {
-      o.only = value("--only");
-      if (o.only != "raw" && o.only != "swarmflow") {
-        std::fprintf(stderr, "--only takes raw or swarmflow\n");
-        return false;
-      }
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0]);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      usage(argv[0]);
-      return false;
-    }
+  using namespace swarmflow::bench;
+  const std::vector<Flag> flags = {
+      integer_flag("--n", "N", o.n, "messages per throughput run (default 200000)"),
+      integer_flag("--latency-n", "N", o.latency_n, "messages per latency run (default 40000)"),
+      number_flag("--rate", "HZ", o.rate_hz, "paced load of the latency runs, messages/s (default 20000)"),
+      integer_flag("--threads", "T", o.threads, "CAF worker threads for both sides (default: cores, at least 2)"),
+      integer_flag("--repeat", "R", o.repeat, "runs of each measurement, the median is reported (default 3)"),
+      integer_flag("--window", "W", o.window, "raw CAF: most messages outstanding, acked every W/2 (default 1024)"),
+      integer_flag("--capacity", "C", o.capacity, "swarmflow: queue capacity of every edge (default 64)"),
+      integer_flag("--payload-bytes", "B", o.payload_bytes, "bytes of data per Blob (default 64)"),
+      text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
+      text_flag("--only", "SIDE", o.only, "run only `raw` or only `swarmflow` (to profile one side)"),
+  };
+  if (!parse_flags(argc, argv, flags)) return false;
+  if (!o.only.empty() && o.only != "raw" && o.only != "swarmflow") {
+    std::fprintf(stderr, "--only takes raw or swarmflow\n");
+    return false;
   }
   if (o.threads <= 0) o.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   if (o.n <= 0 || o.latency_n <= 0 || o.rate_hz <= 0 || o.repeat <= 0 || o.window < 2 || o.capacity < 1 ||

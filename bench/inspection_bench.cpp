@@ -43,6 +43,8 @@
 #include "inspection/defect_detector.hpp"
 #include "video/synthetic_parts.hpp"
 
+#include "bench_args.hpp"
+
 namespace {
 
 /// Room in a frame's builder for the ground truth JSON, as video.source leaves it.
@@ -60,50 +62,21 @@ struct Options {
   int cv_threads = -1;    ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
 };
 
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--n N] [--repeat R] [--cv-threads T] [--json FILE] [--only plain|swarmflow]\n"
-      "  --n            frames per run (default 60)\n"
-      "  --repeat       runs of each side, the median is reported (default 3)\n"
-      "  --cv-threads T OpenCV's own worker threads, for both sides (default: OpenCV's default;\n"
-      "                 1 = every OpenCV call on its caller's thread)\n"
-      "  --json FILE    also write the results as JSON to FILE\n"
-      "  --only SIDE    run only `plain` or only `swarmflow` (to profile one side)\n",
-      argv0);
-}
-
 bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--n") {
-      o.n = std::atoll(value("--n"));
-    } else if (a == "--repeat") {
-      o.repeat = std::atoi(value("--repeat"));
-    } else if (a == "--cv-threads") {
-      o.cv_threads = std::atoi(value("--cv-threads"));
-    } else if (a == "--json") {
-      o.json_path = value("--json");
-    } else if (a == "--only") {
-      o.only = value("--only");
-      if (o.only != "plain" && o.only != "swarmflow") {
-        std::fprintf(stderr, "--only takes plain or swarmflow\n");
-        return false;
-      }
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0]);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      usage(argv[0]);
-      return false;
-    }
+  using namespace swarmflow::bench;
+  const std::vector<Flag> flags = {
+      integer_flag("--n", "N", o.n, "frames per run (default 60)"),
+      integer_flag("--repeat", "R", o.repeat, "runs of each side, the median is reported (default 3)"),
+      integer_flag("--cv-threads", "T", o.cv_threads,
+                   "OpenCV's own worker threads, for both sides (default: OpenCV's default;\n"
+                   "1 = every OpenCV call on its caller's thread)"),
+      text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
+      text_flag("--only", "SIDE", o.only, "run only `plain` or only `swarmflow` (to profile one side)"),
+  };
+  if (!parse_flags(argc, argv, flags)) return false;
+  if (!o.only.empty() && o.only != "plain" && o.only != "swarmflow") {
+    std::fprintf(stderr, "--only takes plain or swarmflow\n");
+    return false;
   }
   if (o.n < 2 || o.repeat <= 0) {
     std::fprintf(stderr, "--n must be at least 2 and --repeat positive\n");

@@ -47,6 +47,8 @@
 #include <swarmflow/schema/blob_generated.h>
 #include <swarmflow/swarmflow.hpp>
 
+#include "bench_args.hpp"
+
 namespace {
 
 /// Messages at least this large are sent without a copy.
@@ -80,103 +82,52 @@ const std::vector<std::string> kSides = {"raw", "swarmflow"};
 const std::vector<std::string> kTransports = {"inproc", "ipc", "tcp"};
 const std::vector<std::string> kSizes = {"small", "frames"};
 
-void usage(const char* argv0) {
-  std::printf(
-      "usage: %s [--n N] [--frames-n N] [--latency-n N] [--frames-latency-n N]\n"
-      "          [--rate HZ] [--frames-rate HZ] [--capacity C] [--frames-capacity C]\n"
-      "          [--raw-hwm H] [--raw-io-threads K] [--threads T] [--repeat R]\n"
-      "          [--frames-repeat R] [--malloc-defaults] [--only LIST] [--json FILE]\n"
-      "  --n                 64-byte messages per throughput run (default 100000)\n"
-      "  --frames-n          1080p frames per throughput run (default 300)\n"
-      "  --latency-n         64-byte messages per latency run (default 5000)\n"
-      "  --frames-latency-n  frames per latency run (default 60)\n"
-      "  --rate              paced load of 64-byte messages, msg/s (default 10000)\n"
-      "  --frames-rate       paced load of frames, frames/s (default 30)\n"
-      "  --capacity          swarmflow queue capacity for 64-byte messages (default 1000, the\n"
-      "                      same bound on queued messages as the raw high-water mark)\n"
-      "  --frames-capacity   swarmflow queue capacity for frames, also the raw high-water\n"
-      "                      marks for frames (default 4)\n"
-      "  --raw-hwm           raw ZeroMQ SNDHWM/RCVHWM for 64-byte messages (default 1000)\n"
-      "  --raw-io-threads    raw ZeroMQ I/O threads (default 1, as swarmflow's one context per\n"
-      "                      process; 2 lets sender and receiver encrypt/decrypt in parallel)\n"
-      "  --threads           CAF worker threads per unit (default: the runtime's, cores / units)\n"
-      "  --repeat            throughput runs per 64-byte case, the median is reported (default 7)\n"
-      "  --frames-repeat     throughput runs per frame case, the median is reported (default 5)\n"
-      "  --malloc-defaults   run both sides on glibc's default malloc settings; by default both run\n"
-      "                      with freed frame-sized blocks kept in the heap, as the runtime sets it\n"
-      "                      (swarmflow::keep_freed_frames_in_heap)\n"
-      "  --only LIST         comma-separated: raw, swarmflow, inproc, ipc, tcp, small, frames;\n"
-      "                      e.g. --only tcp,frames or --only swarmflow (to profile one side)\n"
-      "  --json FILE         also write the results as JSON to FILE\n",
-      argv0);
-}
-
 bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
+  using namespace swarmflow::bench;
+  std::string only;
+  const std::vector<Flag> flags = {
+      integer_flag("--n", "N", o.n, "64-byte messages per throughput run (default 100000)"),
+      integer_flag("--frames-n", "N", o.frames_n, "1080p frames per throughput run (default 300)"),
+      integer_flag("--latency-n", "N", o.latency_n, "64-byte messages per latency run (default 5000)"),
+      integer_flag("--frames-latency-n", "N", o.frames_latency_n, "frames per latency run (default 60)"),
+      number_flag("--rate", "HZ", o.rate_hz, "paced load of 64-byte messages, msg/s (default 10000)"),
+      number_flag("--frames-rate", "HZ", o.frames_rate_hz, "paced load of frames, frames/s (default 30)"),
+      integer_flag("--capacity", "C", o.capacity,
+                   "swarmflow queue capacity for 64-byte messages (default 1000, the\n"
+                   "same bound on queued messages as the raw high-water mark)"),
+      integer_flag("--frames-capacity", "C", o.frames_capacity,
+                   "swarmflow queue capacity for frames, also the raw high-water\n"
+                   "marks for frames (default 4)"),
+      integer_flag("--raw-hwm", "H", o.raw_hwm, "raw ZeroMQ SNDHWM/RCVHWM for 64-byte messages (default 1000)"),
+      integer_flag("--raw-io-threads", "K", o.raw_io_threads,
+                   "raw ZeroMQ I/O threads (default 1, as swarmflow's one context per\n"
+                   "process; 2 lets sender and receiver encrypt/decrypt in parallel)"),
+      integer_flag("--threads", "T", o.threads, "CAF worker threads per unit (default: the runtime's, cores / units)"),
+      integer_flag("--repeat", "R", o.repeat, "throughput runs per 64-byte case, the median is reported (default 7)"),
+      integer_flag("--frames-repeat", "R", o.frames_repeat,
+                   "throughput runs per frame case, the median is reported (default 5)"),
+      switch_flag("--malloc-defaults", o.malloc_defaults,
+                  "run both sides on glibc's default malloc settings; by default both run\n"
+                  "with freed frame-sized blocks kept in the heap, as the runtime sets it\n"
+                  "(swarmflow::keep_freed_frames_in_heap)"),
+      text_flag("--only", "LIST", only,
+                "comma-separated: raw, swarmflow, inproc, ipc, tcp, small, frames;\n"
+                "e.g. --only tcp,frames or --only swarmflow (to profile one side)"),
+      text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
+  };
+  if (!parse_flags(argc, argv, flags)) return false;
+  for (std::size_t start = 0; !only.empty() && start <= only.size();) {
+    const std::size_t comma = std::min(only.find(',', start), only.size());
+    const std::string item = only.substr(start, comma - start);
+    auto in = [&](const std::vector<std::string>& group) {
+      return std::find(group.begin(), group.end(), item) != group.end();
     };
-    if (a == "--n") {
-      o.n = std::atoll(value("--n"));
-    } else if (a == "--frames-n") {
-      o.frames_n = std::atoll(value("--frames-n"));
-    } else if (a == "--latency-n") {
-      o.latency_n = std::atoll(value("--latency-n"));
-    } else if (a == "--frames-latency-n") {
-      o.frames_latency_n = std::atoll(value("--frames-latency-n"));
-    } else if (a == "--rate") {
-      o.rate_hz = std::atof(value("--rate"));
-    } else if (a == "--frames-rate") {
-      o.frames_rate_hz = std::atof(value("--frames-rate"));
-    } else if (a == "--capacity") {
-      o.capacity = std::atoi(value("--capacity"));
-    } else if (a == "--frames-capacity") {
-      o.frames_capacity = std::atoi(value("--frames-capacity"));
-    } else if (a == "--raw-hwm") {
-      o.raw_hwm = std::atoi(value("--raw-hwm"));
-    } else if (a == "--raw-io-threads") {
-      o.raw_io_threads = std::atoi(value("--raw-io-threads"));
-    } else if (a == "--threads") {
-      o.threads = std::atoi(value("--threads"));
-    } else if (a == "--repeat") {
-      o.repeat = std::atoi(value("--repeat"));
-    } else if (a == "--frames-repeat") {
-      o.frames_repeat = std::atoi(value("--frames-repeat"));
-    } else if (a == "--json") {
-      o.json_path = value("--json");
-    } else if (a == "--malloc-defaults") {
-      o.malloc_defaults = true;
-    } else if (a == "--only") {
-      std::string list = value("--only");
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t comma = std::min(list.find(',', start), list.size());
-        const std::string item = list.substr(start, comma - start);
-        auto in = [&](const std::vector<std::string>& group) {
-          return std::find(group.begin(), group.end(), item) != group.end();
-        };
-        const bool known = in(kSides) || in(kTransports) || in(kSizes);
-        if (!known) {
-          std::fprintf(stderr, "--only takes raw, swarmflow, inproc, ipc, tcp, small, frames; got '%s'\n",
-                       item.c_str());
-          return false;
-        }
-        o.only.insert(item);
-        start = comma + 1;
-      }
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0]);
-      std::exit(0);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      usage(argv[0]);
+    if (!in(kSides) && !in(kTransports) && !in(kSizes)) {
+      std::fprintf(stderr, "--only takes raw, swarmflow, inproc, ipc, tcp, small, frames; got '%s'\n", item.c_str());
       return false;
     }
+    o.only.insert(item);
+    start = comma + 1;
   }
   if (o.n <= 0 || o.frames_n <= 0 || o.latency_n <= 0 || o.frames_latency_n <= 0 || o.rate_hz <= 0 ||
       o.frames_rate_hz <= 0 || o.capacity < 1 || o.frames_capacity < 1 || o.raw_hwm < 1 || o.raw_io_threads < 1 ||
