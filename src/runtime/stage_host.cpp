@@ -186,12 +186,20 @@ class StageHost final : public StageContext {
       stage_->setup(spec_);
       for (const auto& p : decl().params) {
         Status s = spec_.set(p.name, p.value);
-        if (!s.ok()) return s;
+        if (!s.ok()) {
+          stage_.reset();
+          return s;
+        }
       }
-      return stage_->start(*this);
+      Status s = stage_->start(*this);
+      // A stage whose start failed is never called again, not even stop().
+      if (!s.ok()) stage_.reset();
+      return s;
     } catch (const std::exception& ex) {
+      stage_.reset();
       return Status::error(ex.what());
     } catch (...) {
+      stage_.reset();
       return Status::error("unknown exception");
     }
   }
