@@ -51,6 +51,9 @@ struct EdgeReport {
   std::uint64_t refused = 0;
   std::uint64_t waiting = 0;    ///< held by the producer for credit now
   std::uint64_t peak_in_flight = 0;  ///< most envelopes one consumer replica ever held from one producer
+  /// Most envelopes one producer ever kept for replay for one consumer
+  /// replica (sent, not yet released); at most 2 x the queue's capacity.
+  std::uint64_t peak_retained = 0;
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
 };
 

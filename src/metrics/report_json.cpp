@@ -40,6 +40,8 @@ Json edge_json(const EdgeReport& e) {
   j["dropped"] = e.dropped;
   j["too_large"] = e.too_large;
   j["refused"] = e.refused;
+  j["peak_in_flight"] = e.peak_in_flight;
+  j["peak_retained"] = e.peak_retained;
   j["overflow"] = e.overflow;
   return j;
 }

@@ -64,16 +64,22 @@ int pick_least_delay(const std::vector<ReplicaView>& replicas, int capacity, int
 
 int ack_threshold(int capacity) { return std::max(1, capacity / 2); }
 
+std::size_t retention_limit(int capacity, std::size_t join_sets) {
+  return 2 * static_cast<std::size_t>(std::max(1, capacity)) + join_sets;
+}
+
 // -- EdgeRouter ---------------------------------------------------------------
 
-EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed, config::KeyField key)
+EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed, config::KeyField key,
+                       std::size_t retain)
     : capacity_(std::max(1, capacity)),
       overflow_(overflow),
       keyed_(keyed),
       key_(key),
       ring_(replicas),
       views_(static_cast<std::size_t>(std::max(1, replicas))),
-      in_flight_(static_cast<std::size_t>(std::max(1, replicas))) {
+      in_flight_(static_cast<std::size_t>(std::max(1, replicas))),
+      retention_limit_(retain > 0 ? retain : runtime::retention_limit(capacity)) {
   for (auto& v : views_) v.credits = capacity_;
   fixed_waiting_.assign(views_.size(), 0);
 }
@@ -87,23 +93,50 @@ std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
   return e.header().stream;
 }
 
+bool EdgeRouter::can_take(int replica) const {
+  const auto r = static_cast<std::size_t>(replica);
+  return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_;
+}
+
+const std::vector<ReplicaView>& EdgeRouter::usable_views(bool exclude_fixed) {
+  bool any_fixed = false;
+  if (exclude_fixed) {
+    for (int n : fixed_waiting_) any_fixed = any_fixed || n > 0;
+  }
+  bool any_full = false;
+  for (const auto& flight : in_flight_) any_full = any_full || flight.size() >= retention_limit_;
+  if (!any_fixed && !any_full) return views_;
+  scratch_ = views_;
+  for (std::size_t i = 0; i < scratch_.size(); ++i) {
+    if ((any_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_) scratch_[i].credits = 0;
+  }
+  return scratch_;
+}
+
 int EdgeRouter::choose(const Envelope& e) {
   if (keyed_) return ring_.replica_for(key_of(e));
-  const int pick = pick_least_delay(views_, capacity_, next_start_);
+  const int pick = pick_least_delay(usable_views(false), capacity_, next_start_);
   if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
   return pick;
 }
 
 bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
-  if (target < 0) return false;
+  if (target < 0 || !can_take(target)) return false;
   ReplicaView& v = views_[static_cast<std::size_t>(target)];
-  if (v.credits <= 0) return false;
   --v.credits;
   peak_outstanding_ = std::max(peak_outstanding_, capacity_ - v.credits);
   ++dispatched_;
-  in_flight_[static_cast<std::size_t>(target)].push_back(e);
+  auto& flight = in_flight_[static_cast<std::size_t>(target)];
+  flight.push_back(e);
+  peak_retained_ = std::max(peak_retained_, flight.size());
   out.push_back(Dispatch{target, std::move(e)});
   return true;
+}
+
+std::uint64_t EdgeRouter::oldest_waiting_origin() const {
+  std::uint64_t oldest = kNoOrigin;
+  for (const auto& w : waiting_) oldest = std::min(oldest, w.origin);
+  return oldest;
 }
 
 void EdgeRouter::set_remote(std::vector<bool> remote, std::size_t max_remote_payload_bytes) {
@@ -124,7 +157,7 @@ int EdgeRouter::local_replica() const {
   return best;
 }
 
-void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait) {
+void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait, std::uint64_t origin) {
   ++offered_;
   int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
   if (!remote_.empty() && envelope.payload() && envelope.payload()->size() > max_remote_payload_bytes_) {
@@ -153,14 +186,14 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
   }
   switch (overflow_) {
     case config::Overflow::block:
-      wait(target, std::move(envelope));
+      wait(target, std::move(envelope), origin);
       return;
     case config::Overflow::drop_newest:
       if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
         ++dropped_;
         return;
       }
-      wait(target, std::move(envelope));
+      wait(target, std::move(envelope), origin);
       return;
     case config::Overflow::drop_oldest:
       if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
@@ -168,18 +201,18 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
         waiting_.pop_front();
         ++dropped_;
       }
-      wait(target, std::move(envelope));
+      wait(target, std::move(envelope), origin);
       return;
   }
 }
 
-void EdgeRouter::wait(int target, Envelope envelope) {
+void EdgeRouter::wait(int target, Envelope envelope, std::uint64_t origin) {
   if (target >= 0) {
     ++fixed_waiting_[static_cast<std::size_t>(target)];
   } else {
     ++unfixed_waiting_;
   }
-  waiting_.push_back(Waiting{target, std::move(envelope)});
+  waiting_.push_back(Waiting{target, std::move(envelope), origin});
 }
 
 void EdgeRouter::forget(const Waiting& w) {
@@ -191,16 +224,10 @@ void EdgeRouter::forget(const Waiting& w) {
 }
 
 int EdgeRouter::choose_free(const Envelope& e) {
-  bool any_fixed = false;
-  for (int n : fixed_waiting_) any_fixed = any_fixed || n > 0;
-  if (!any_fixed) return choose(e);
+  if (keyed_) return choose(e);
   // Only replicas nothing waits for: an envelope fixed to a replica (too
   // large for other units) must not be overtaken there.
-  scratch_ = views_;
-  for (std::size_t i = 0; i < scratch_.size(); ++i) {
-    if (fixed_waiting_[i] > 0) scratch_[i].credits = 0;
-  }
-  const int pick = pick_least_delay(scratch_, capacity_, next_start_);
+  const int pick = pick_least_delay(usable_views(true), capacity_, next_start_);
   if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
   return pick;
 }

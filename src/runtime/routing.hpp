@@ -60,17 +60,23 @@ struct Dispatch {
 ///   the producer stops taking input meanwhile, so waiting is bounded by one step;
 /// - drop_newest: it waits here if fewer than `capacity` wait, else it is dropped;
 /// - drop_oldest: it waits here; if `capacity` already wait, the oldest is dropped.
-/// Sent envelopes are kept until the consumer releases them (for replay).
+/// Sent envelopes are kept until the consumer releases them (for replay). At
+/// most `retention_limit(capacity)` are kept per consumer replica: a replica
+/// with that many unreleased envelopes counts as having no credit, so what a
+/// router retains is bounded by credits, whatever the consumer does.
 class EdgeRouter {
  public:
   /// `keyed`: each envelope goes to the replica its `key` field hashes to.
+  /// `retain`: the most envelopes kept for one replica; 0 = retention_limit(capacity).
   EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed,
-             config::KeyField key = config::KeyField::stream);
+             config::KeyField key = config::KeyField::stream, std::size_t retain = 0);
 
   /// Offers a new envelope; appends at most one dispatch. With `may_wait`
   /// false (a live source), a `block` edge drops an envelope without credit
-  /// at once instead of holding it.
-  void offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait = true);
+  /// at once instead of holding it. `origin` names the input the producer
+  /// made it from (an increasing number), so that the producer can tell
+  /// which inputs still have outputs waiting here (`oldest_waiting_origin`).
+  void offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait = true, std::uint64_t origin = 0);
   /// A consumer returned `credits` and released `released` envelopes; appends
   /// the waiting envelopes that can go now.
   void on_ack(int replica, int credits, int released, double service_ns, std::vector<Dispatch>& out);
@@ -85,6 +91,9 @@ class EdgeRouter {
   /// True while a `block` edge holds an envelope for credit.
   bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
   std::size_t waiting() const { return waiting_.size(); }
+  /// The smallest `origin` among waiting envelopes; kNoOrigin when none wait.
+  std::uint64_t oldest_waiting_origin() const;
+  static constexpr std::uint64_t kNoOrigin = ~std::uint64_t{0};
   std::uint64_t offered() const { return offered_; }
   std::uint64_t dispatched() const { return dispatched_; }
   std::uint64_t dropped() const { return dropped_; }
@@ -93,17 +102,26 @@ class EdgeRouter {
   /// The most envelopes ever sent to one replica and not yet credited back.
   int peak_outstanding() const { return peak_outstanding_; }
   std::size_t in_flight(int replica) const { return in_flight_[static_cast<std::size_t>(replica)].size(); }
+  /// The most envelopes ever retained for one replica (sent, not yet released).
+  std::size_t peak_retained() const { return peak_retained_; }
+  /// The most envelopes retained for one replica: `retention_limit(capacity)`.
+  std::size_t retention_limit() const { return retention_limit_; }
   int replicas() const { return static_cast<int>(views_.size()); }
 
  private:
   struct Waiting {
     int target;  ///< fixed replica (keyed edges, payloads too large for other units), -1 = any
     Envelope envelope;
+    std::uint64_t origin;
   };
+  /// Has credit and room to retain one more envelope.
+  bool can_take(int replica) const;
+  /// The views with no credit where retention is full (scratch_), or views_.
+  const std::vector<ReplicaView>& usable_views(bool exclude_fixed);
   int choose(const Envelope& e);
   /// choose() among the replicas no fixed envelope waits for.
   int choose_free(const Envelope& e);
-  void wait(int target, Envelope envelope);
+  void wait(int target, Envelope envelope, std::uint64_t origin);
   /// Uncounts a waiting envelope that leaves the list.
   void forget(const Waiting& w);
   /// The replica in this unit with the most credit; -1 when there is none.
@@ -128,9 +146,21 @@ class EdgeRouter {
   std::uint64_t dropped_ = 0;
   std::uint64_t too_large_ = 0;
   int peak_outstanding_ = 0;
+  std::size_t retention_limit_;
+  std::size_t peak_retained_ = 0;
   std::vector<bool> remote_;  ///< by replica; empty = all in this unit
   std::size_t max_remote_payload_bytes_ = 0;
 };
+
+/// The most envelopes a router retains for one consumer replica of an edge of
+/// `capacity`: the `capacity` it may have in flight, plus as many processed
+/// but not yet released (their outputs still wait for credit downstream).
+/// A consumer that joins its inputs may also hold up to `join_sets` sets.
+std::size_t retention_limit(int capacity, std::size_t join_sets = 0);
+
+/// Incomplete join sets a replica may hold per credit of its input queue;
+/// beyond that the oldest expires early, so memory stays bounded.
+constexpr std::size_t kJoinSetsPerCredit = 4;
 
 /// When a consumer should return credits: after `threshold` processed
 /// envelopes of one producer, at most half the capacity so the producer never

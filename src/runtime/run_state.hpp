@@ -58,6 +58,7 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> refused{0};  ///< consumer side: payload refused by this unit's transport, acknowledged
   std::atomic<std::uint64_t> peak_in_flight{0};
+  std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
 };
 
 /// The latest load report of a unit: what placement decides on.

@@ -31,9 +31,9 @@ constexpr std::size_t kMaxBatch = 32;
 constexpr std::size_t kMaxRemoteBatch = 256;
 /// Payloads this large go to the transport as soon as they are made.
 constexpr std::size_t kSendAloneBytes = 64u << 10;
-/// Incomplete join sets a replica may hold, per credit of its largest input
-/// queue; beyond that the oldest expires early, so memory stays bounded.
-constexpr std::size_t kJoinSetsPerCredit = 4;
+
+/// Incomplete join sets a replica with this queue capacity may hold.
+std::size_t join_set_limit(int capacity) { return kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, capacity)); }
 
 class StageHost final : public StageContext {
  public:
@@ -58,17 +58,22 @@ class StageHost final : public StageContext {
       eos_remaining_ += upstream;
     }
     join_ = n.decl->join;
-    join_limit_ = kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, n.decl->queue.capacity));
+    join_limit_ = join_set_limit(n.decl->queue.capacity);
     if (join_.enabled) {
       join_ports_.assign(n.spec.inputs().size(), false);
       for (int e : n.in_edges) join_ports_[static_cast<std::size_t>(g.edges[static_cast<std::size_t>(e)].to_port)] = true;
     }
     for (int e : n.out_edges) {
       const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
-      const int downstream = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
+      const config::StageDecl& consumer = *g.nodes[static_cast<std::size_t>(edge.to_node)].decl;
+      const int downstream = consumer.replicas;
       out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
+      // A joining consumer holds releases while its sets are incomplete.
+      const auto& consumer_inputs = g.nodes[static_cast<std::size_t>(edge.to_node)].in_edges;
+      const std::size_t retain = retention_limit(
+          edge.capacity, consumer.join.enabled ? consumer_inputs.size() * join_set_limit(consumer.queue.capacity) : 0);
       out_.push_back(OutEdge{e, edge.from_port, edge.to_node,
-                             EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key),
+                             EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key, retain),
                              run_->edge_out[static_cast<std::size_t>(e)][static_cast<std::size_t>(replica_)].get()});
       std::vector<bool> remote(static_cast<std::size_t>(downstream));
       for (int r = 0; r < downstream; ++r) remote[static_cast<std::size_t>(r)] = unit_of(edge.to_node, r) != unit_;
@@ -147,7 +152,7 @@ class StageHost final : public StageContext {
     int port;
     int threshold;
     std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
-    std::vector<int> unreleased;  ///< per upstream replica: processed, release not yet sent
+    std::vector<int> releasable;  ///< per upstream replica: released here, release not yet sent
     EdgeSideStats* stats;
   };
   struct OutEdge {
@@ -298,7 +303,7 @@ class StageHost final : public StageContext {
         join_insert(item, t);
         acknowledge(item.in, item.from);
         --data_queued_;
-      } else if (!process_item(item, t)) {
+      } else if (origin_ = next_ordinal_; !process_item(item, t)) {
         break;  // failed; retried after the backoff
       } else {
         acknowledge(item.in, item.from);
@@ -342,6 +347,7 @@ class StageHost final : public StageContext {
   struct JoinSet {
     std::vector<Envelope> by_port;
     std::int64_t created_ns = 0;
+    std::uint64_t origin = 0;  ///< ordinal of its first envelope: it holds the release of all from there
   };
 
   std::uint64_t join_key(const EnvelopeHeader& h) const {
@@ -358,7 +364,7 @@ class StageHost final : public StageContext {
     auto it = joins_.find(key);
     if (it == joins_.end()) {
       if (joins_.size() >= join_limit_) expire_oldest_join(t);
-      it = joins_.emplace(key, JoinSet{std::vector<Envelope>(join_ports_.size()), t}).first;
+      it = joins_.emplace(key, JoinSet{std::vector<Envelope>(join_ports_.size()), t, next_ordinal_}).first;
       schedule_join_tick();
     }
     const auto port = static_cast<std::size_t>(in_[static_cast<std::size_t>(item.in)].port);
@@ -435,6 +441,7 @@ class StageHost final : public StageContext {
       if (first == nullptr) first = by_port[p];
     }
     if (first == nullptr) return;
+    origin_ = set.origin;
     for (int attempt = 1;; ++attempt) {
       inputs_.reset_joined(&by_port, partial);
       outputs_.reset(first->header());
@@ -515,27 +522,85 @@ class StageHost final : public StageContext {
     run_->stop_requested.store(true);
   }
 
+  // -- credits and releases ------------------------------------------------
+  //
+  // Every envelope taken from the queue gets the next ordinal and enters the
+  // release ledger in that order (per producer, the order it was sent in).
+  // Its credit returns at once (batched); its release waits until nothing made
+  // from it waits in an output router or a join set: the oldest such origin is
+  // the frontier, and the ledger's entries before it are released, in order.
+
   /// Returns credit for one processed envelope of `from` on in-edge `in`.
   void acknowledge(int in_index, int from) {
     InEdge& in = in_[static_cast<std::size_t>(in_index)];
-    ++in.unacked[static_cast<std::size_t>(from)];
-    ++in.unreleased[static_cast<std::size_t>(from)];
-    if (in.unacked[static_cast<std::size_t>(from)] >= in.threshold) send_ack(in, from);
+    ledger_.push_back(Held{next_ordinal_++, in_index, from});
+    if (++in.unacked[static_cast<std::size_t>(from)] >= in.threshold) {
+      settle_ledger();
+      send_ack(in, from);
+    }
+  }
+
+  std::uint64_t oldest_join_origin() const {
+    std::uint64_t oldest = EdgeRouter::kNoOrigin;
+    for (const auto& [key, set] : joins_) oldest = std::min(oldest, set.origin);
+    return oldest;
+  }
+
+  /// The oldest origin still held by a waiting output or a join set.
+  std::uint64_t release_frontier() const {
+    std::uint64_t frontier = EdgeRouter::kNoOrigin;
+    for (const auto& out : out_) frontier = std::min(frontier, out.router.oldest_waiting_origin());
+    return std::min(frontier, oldest_join_origin());
+  }
+
+  /// Moves the ledger's entries before the frontier to the releasable counts.
+  void settle_ledger() {
+    if (ledger_.empty()) return;
+    const std::uint64_t frontier = release_frontier();
+    while (!ledger_.empty() && ledger_.front().ordinal < frontier) {
+      const Held& h = ledger_.front();
+      ++in_[static_cast<std::size_t>(h.in)].releasable[static_cast<std::size_t>(h.from)];
+      ledger_.pop_front();
+    }
+  }
+
+  /// Sends releases that have reached an ack's batch size (with any credits
+  /// due): called as each handler ends, so releases held by waiting outputs
+  /// go upstream once those outputs leave.
+  void flush_releases() {
+    if (ledger_.empty()) return;
+    settle_ledger();
+    // An incomplete set that holds back the release of more envelopes than
+    // the join may hold sets expires early (as when there are too many sets),
+    // so its producers stay within their retention limit.
+    const std::size_t join_holds = join_limit_ * in_.size();
+    if (!joins_.empty() && ledger_.size() > join_holds && !blocked()) {
+      std::int64_t t = steady_now_ns();
+      while (!joins_.empty() && ledger_.size() > join_holds && oldest_join_origin() <= ledger_.front().ordinal) {
+        stats_->counter("join_expired_early").fetch_add(1, std::memory_order_relaxed);
+        expire_oldest_join(t);
+        settle_ledger();
+      }
+    }
+    for (auto& in : in_) {
+      for (std::size_t f = 0; f < in.releasable.size(); ++f) {
+        if (in.releasable[f] >= in.threshold) send_ack(in, static_cast<int>(f));
+      }
+    }
   }
 
   void send_ack(InEdge& in, int from) {
     const auto f = static_cast<std::size_t>(from);
-    // The release follows once everything made from those envelopes has left
-    // this replica's waiting lists.
-    const int released = any_waiting() ? 0 : in.unreleased[f];
-    post_ack(run_->graph.edges[static_cast<std::size_t>(in.edge)].from_node, from, in.edge, in.unacked[f], released);
+    post_ack(run_->graph.edges[static_cast<std::size_t>(in.edge)].from_node, from, in.edge, in.unacked[f],
+             in.releasable[f]);
     in.unacked[f] = 0;
-    in.unreleased[f] -= released;
+    in.releasable[f] = 0;
   }
 
   void flush_acks(InEdge& in, bool all) {
+    settle_ledger();
     for (std::size_t f = 0; f < in.unacked.size(); ++f) {
-      if (in.unacked[f] > 0 || (all && in.unreleased[f] > 0 && !any_waiting())) send_ack(in, static_cast<int>(f));
+      if (in.unacked[f] > 0 || (all && in.releasable[f] > 0)) send_ack(in, static_cast<int>(f));
     }
   }
 
@@ -569,7 +634,7 @@ class StageHost final : public StageContext {
       for (auto& out : out_) {
         if (out.port != item.port) continue;
         dispatches_.clear();
-        out.router.offer(item.envelope, dispatches_, !live_);
+        out.router.offer(item.envelope, dispatches_, !live_, origin_);
         send_dispatches(out);
       }
     }
@@ -593,6 +658,7 @@ class StageHost final : public StageContext {
     out.stats->waiting.store(out.router.waiting(), std::memory_order_relaxed);
     out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),
                                     std::memory_order_relaxed);
+    out.stats->peak_retained.store(out.router.peak_retained(), std::memory_order_relaxed);
   }
 
   void on_ack(int edge, int replica, int credits, int released, double service_ns) {
@@ -680,6 +746,7 @@ class StageHost final : public StageContext {
   }
 
   void flush_outbox() {
+    flush_releases();
     for (auto& b : outbox_) {
       if (!b.envelopes.empty()) send_batch(b);
     }
@@ -812,6 +879,16 @@ class StageHost final : public StageContext {
   std::vector<Batch> outbox_;
   std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
   RingQueue<Item> queue_;
+
+  /// A processed envelope whose release has not been sent.
+  struct Held {
+    std::uint64_t ordinal;
+    int in;    ///< index into in_
+    int from;  ///< upstream replica
+  };
+  RingQueue<Held> ledger_;
+  std::uint64_t next_ordinal_ = 0;
+  std::uint64_t origin_ = 0;  ///< ordinal of the input whose outputs are being emitted
 
   std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks
   config::JoinDecl join_;
