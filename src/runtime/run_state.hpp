@@ -21,45 +21,10 @@
 
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
-#include "metrics/histogram.hpp"
+#include "runtime/replica_stats.hpp"
 #include "transport/transport.hpp"
 
 namespace swarmflow::runtime {
-
-/// Statistics of one replica.
-struct ReplicaStats {
-  std::atomic<std::uint64_t> processed{0};
-  std::atomic<std::uint64_t> errors{0};
-  std::atomic<std::uint64_t> restarts{0};
-  std::atomic<std::uint64_t> dead_letters{0};
-  std::atomic<std::uint64_t> queued{0};
-  std::atomic<std::uint64_t> queue_peak{0};
-  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps
-  std::atomic<std::int64_t> service_ns{0};  ///< smoothed time of one step
-
-  std::atomic<std::int64_t>& counter(std::string_view name);
-  std::map<std::string, std::int64_t> counters() const;
-  void record_latency(std::int64_t ns);
-  void merge_latency(const metrics::LatencyHistogram& other);
-  metrics::LatencyHistogram latency() const;
-
- private:
-  mutable std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>, std::less<>> counters_;
-  metrics::LatencyHistogram latency_;
-};
-
-/// Statistics of one edge at one producer replica / one consumer replica.
-struct EdgeSideStats {
-  std::atomic<std::uint64_t> sent{0};
-  std::atomic<std::uint64_t> dropped{0};
-  std::atomic<std::uint64_t> too_large{0};  ///< of dropped: payload over transport.max_message_bytes
-  std::atomic<std::uint64_t> waiting{0};
-  std::atomic<std::uint64_t> delivered{0};
-  std::atomic<std::uint64_t> refused{0};  ///< consumer side: payload refused by this unit's transport, acknowledged
-  std::atomic<std::uint64_t> peak_in_flight{0};
-  std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
-};
 
 /// The latest load report of a unit: what placement decides on.
 struct UnitLoad {

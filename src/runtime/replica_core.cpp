@@ -1,0 +1,704 @@
+// The decisions of one replica, without actors (see replica_core.hpp).
+
+#include "runtime/replica_core.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+namespace swarmflow::runtime {
+
+namespace {
+
+/// How often one envelope may fail a stage before it is given up as a dead letter.
+constexpr int kMaxAttempts = 3;
+/// How often a source may fail in a row before the replica gives up.
+constexpr int kMaxSourceFailures = 3;
+/// Source steps per event, so that acks are not starved by a busy source.
+constexpr int kPullBatch = 64;
+constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+
+}  // namespace
+
+std::size_t join_set_limit(int capacity) { return kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, capacity)); }
+
+ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(std::move(setup)), effects_(effects) {
+  const graph::Graph& g = *setup_.graph;
+  const graph::Node& n = g.nodes[static_cast<std::size_t>(setup_.node)];
+  source_ = n.source();
+  // A stage whose outputs feed nothing ends its envelopes' journey: latency is measured there.
+  sink_ = n.out_edges.empty();
+  in_index_.assign(g.edges.size(), -1);
+  out_index_.assign(g.edges.size(), -1);
+  for (int e : n.in_edges) {
+    const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+    const int upstream = g.nodes[static_cast<std::size_t>(edge.from_node)].decl->replicas;
+    in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
+    in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
+                         std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)]});
+    eos_remaining_ += upstream;
+  }
+  join_ = n.decl->join;
+  join_limit_ = join_set_limit(n.decl->queue.capacity);
+  if (join_.enabled) {
+    join_ports_.assign(n.spec.inputs().size(), false);
+    for (int e : n.in_edges) join_ports_[static_cast<std::size_t>(g.edges[static_cast<std::size_t>(e)].to_port)] = true;
+  }
+  for (int e : n.out_edges) {
+    const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+    const graph::Node& to = g.nodes[static_cast<std::size_t>(edge.to_node)];
+    const int downstream = to.decl->replicas;
+    out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
+    // A joining consumer holds releases while its sets are incomplete.
+    const std::size_t retain = retention_limit(
+        edge.capacity, to.decl->join.enabled ? to.in_edges.size() * join_set_limit(to.decl->queue.capacity) : 0);
+    out_.push_back(OutEdge{e, edge.from_port, edge.to_node, downstream,
+                           EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key, retain),
+                           setup_.out_stats[static_cast<std::size_t>(e)]});
+    if (static_cast<std::size_t>(e) < setup_.remote_consumers.size()) {
+      out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
+                                    setup_.max_remote_payload_bytes);
+    }
+  }
+}
+
+ReplicaCore::~ReplicaCore() = default;
+
+const config::StageDecl& ReplicaCore::decl() const {
+  return *setup_.graph->nodes[static_cast<std::size_t>(setup_.node)].decl;
+}
+
+const std::string& ReplicaCore::stage_id() const { return decl().id; }
+int ReplicaCore::replica_count() const { return decl().replicas; }
+bool ReplicaCore::stop_requested() const {
+  return setup_.stop_requested != nullptr && setup_.stop_requested->load(std::memory_order_relaxed);
+}
+
+std::size_t ReplicaCore::unreleased() const {
+  std::size_t n = ledger_.size();
+  for (const auto& in : in_) {
+    for (int r : in.releasable) n += static_cast<std::size_t>(r);
+  }
+  return n;
+}
+
+const EdgeRouter* ReplicaCore::router(int edge) const {
+  if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) return nullptr;
+  const int index = out_index_[static_cast<std::size_t>(edge)];
+  return index < 0 ? nullptr : &out_[static_cast<std::size_t>(index)].router;
+}
+
+// -- events -------------------------------------------------------------
+
+void ReplicaCore::deliver(int edge, int from, Envelope&& envelope) {
+  const std::int64_t now = setup_.clock();
+  enqueue(edge, from, std::move(envelope), now);
+  after_input(now);
+}
+
+void ReplicaCore::deliver(int edge, int from, std::vector<Envelope>& batch) {
+  const std::int64_t now = setup_.clock();
+  for (auto& e : batch) enqueue(edge, from, std::move(e), now);
+  after_input(now);
+}
+
+void ReplicaCore::tick(int kind) {
+  switch (kind) {
+    case kPull:
+      pull_scheduled_ = false;
+      pull();
+      break;
+    case kResume:
+      backoff_ = false;
+      resume();
+      break;
+    case kJoin:
+      join_tick_scheduled_ = false;
+      expire_joins(setup_.clock(), false);
+      maybe_finish();
+      break;
+    default:
+      break;
+  }
+  end_event();
+}
+
+void ReplicaCore::stop_source() {
+  if (source_) source_done_ = true;
+  maybe_finish();
+  end_event();
+}
+
+void ReplicaCore::end_event() { flush_releases(); }
+
+// -- life cycle ---------------------------------------------------------
+
+void ReplicaCore::start() {
+  Status s = make_stage();
+  if (!s.ok()) {
+    fail_permanently("stage '" + decl().id + "' failed to start: " + s.message());
+  }
+  started_ = true;
+  resume();
+  end_event();
+}
+
+Status ReplicaCore::make_stage() {
+  const StageType* type = setup_.registry->find(decl().type);
+  if (type == nullptr) return Status::error("unknown stage type " + decl().type);
+  try {
+    stage_ = type->make();
+    spec_ = StageSpec();
+    stage_->setup(spec_);
+    for (const auto& p : decl().params) {
+      Status s = spec_.set(p.name, p.value);
+      if (!s.ok()) {
+        stage_.reset();
+        return s;
+      }
+    }
+    Status s = stage_->start(*this);
+    // A stage whose start failed is never called again, not even stop().
+    if (!s.ok()) stage_.reset();
+    return s;
+  } catch (const std::exception& ex) {
+    stage_.reset();
+    return Status::error(ex.what());
+  } catch (...) {
+    stage_.reset();
+    return Status::error("unknown exception");
+  }
+}
+
+void ReplicaCore::stop_stage() {
+  if (!stage_) return;
+  try {
+    stage_->stop(*this);
+  } catch (const std::exception& ex) {
+    log("stop() threw: " + std::string(ex.what()));
+  } catch (...) {
+    log("stop() threw");
+  }
+  stage_.reset();
+}
+
+void ReplicaCore::resume() {
+  if (!started_ || finished_) return;
+  drain();
+  if (source_) pull();
+  maybe_finish();
+}
+
+void ReplicaCore::maybe_finish() {
+  if (finished_ || !started_) return;
+  const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
+  if (inputs_done && !joins_.empty() && !blocked()) expire_joins(0, true);
+  if (!inputs_done || !queue_.empty() || !joins_.empty() || any_waiting() || backoff_) return;
+  finish();
+}
+
+void ReplicaCore::finish() {
+  finished_ = true;
+  stop_stage();
+  for (auto& in : in_) flush_acks(in, true);
+  for (auto& out : out_) {
+    for (int r = 0; r < out.consumers; ++r) effects_.end_of_stream(out.to_node, r, out.edge);
+  }
+  effects_.finished();
+}
+
+// -- input side ---------------------------------------------------------
+
+/// Queues an arrived envelope, stamping its arrival time `now`.
+void ReplicaCore::enqueue(int edge, int from, Envelope&& e, std::int64_t now) {
+  const int in = in_index_[static_cast<std::size_t>(edge)];
+  if (in < 0) return;
+  EnvelopeHeader h = e.header();
+  h.add_hop(now);
+  // No payload: another unit's envelope whose payload this unit's transport
+  // refused (counted there); it is acknowledged in its turn, not processed.
+  auto& counter = e.payload() ? in_[static_cast<std::size_t>(in)].stats->delivered
+                              : in_[static_cast<std::size_t>(in)].stats->refused;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  queue_.push_back(Item{in, from, std::move(e).with_header(h), false});
+  ++data_queued_;
+  if (data_queued_ > setup_.stats->queue_peak.load(std::memory_order_relaxed)) {
+    setup_.stats->queue_peak.store(data_queued_, std::memory_order_relaxed);
+  }
+}
+
+void ReplicaCore::after_input(std::int64_t now) {
+  drain(now);
+  maybe_finish();
+  end_event();
+}
+
+void ReplicaCore::end_of_stream(int edge, int from) {
+  const int in = in_index_[static_cast<std::size_t>(edge)];
+  if (in >= 0) {
+    queue_.push_back(Item{in, from, Envelope(), true});
+    drain();
+    maybe_finish();
+  }
+  end_event();
+}
+
+bool ReplicaCore::blocked() const { return backoff_ || any_blocked(); }
+
+/// Processes queued envelopes until the queue is empty or the host is
+/// blocked. `now` is a recent clock reading; each step's end time is the
+/// next one's start, so a step costs one clock read.
+void ReplicaCore::drain(std::int64_t now) {
+  if (!started_) return;
+  if (queue_.empty()) return;
+  std::int64_t t = now != 0 ? now : setup_.clock();
+  while (!queue_.empty() && !blocked()) {
+    Item& item = queue_.front();
+    if (item.eos) {
+      --eos_remaining_;
+      flush_acks(in_[static_cast<std::size_t>(item.in)], true);
+    } else if (!item.envelope.payload()) {
+      acknowledge(item.in, item.from);
+      --data_queued_;
+    } else if (join_.enabled) {
+      join_insert(item, t);
+      acknowledge(item.in, item.from);
+      --data_queued_;
+    } else if (origin_ = next_ordinal_; !process_item(item, t)) {
+      break;  // failed; retried after the backoff
+    } else {
+      acknowledge(item.in, item.from);
+      --data_queued_;
+    }
+    queue_.pop_front();
+  }
+  setup_.stats->queued.store(data_queued_, std::memory_order_relaxed);
+}
+
+/// Runs the stage on one envelope; false when it must be retried later.
+/// `t` is the start time on entry and the end time on return.
+bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
+  if (failed_) {
+    setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  InEdge& in = in_[static_cast<std::size_t>(item.in)];
+  inputs_.reset(in.port, &item.envelope);
+  outputs_.reset(item.envelope.header());
+  const std::int64_t t0 = t;
+  Status s = call_process();
+  const std::int64_t t1 = setup_.clock();
+  t = t1;
+  if (s.is_error()) return on_failure(s);
+  attempts_ = 0;
+  consecutive_failures_ = 0;
+  const double service = static_cast<double>(t1 - t0);
+  service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
+  setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
+  setup_.stats->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
+  if (sink_) setup_.stats->record_latency(t1 - item.envelope.header().capture_ns);
+  emit_outputs();
+  return true;
+}
+
+// -- joins --------------------------------------------------------------
+
+
+std::uint64_t ReplicaCore::join_key(const EnvelopeHeader& h) const {
+  switch (join_.key) {
+    case config::KeyField::part_id: return h.part_id;
+    case config::KeyField::stream: return h.stream;
+    case config::KeyField::seq: break;
+  }
+  return h.seq;
+}
+
+void ReplicaCore::join_insert(Item& item, std::int64_t& t) {
+  const std::uint64_t key = join_key(item.envelope.header());
+  auto it = joins_.find(key);
+  if (it == joins_.end()) {
+    if (joins_.size() >= join_limit_) expire_oldest_join(t);
+    it = joins_.emplace(key, JoinSet{std::vector<Envelope>(join_ports_.size()), t, next_ordinal_}).first;
+    schedule_join_tick();
+  }
+  const auto port = static_cast<std::size_t>(in_[static_cast<std::size_t>(item.in)].port);
+  JoinSet& set = it->second;
+  if (set.by_port[port].payload()) setup_.stats->counter("join_replaced").fetch_add(1, std::memory_order_relaxed);
+  set.by_port[port] = std::move(item.envelope);
+  for (std::size_t p = 0; p < join_ports_.size(); ++p) {
+    if (join_ports_[p] && !set.by_port[p].payload()) return;
+  }
+  JoinSet done = std::move(set);
+  joins_.erase(it);
+  setup_.stats->counter("join_complete").fetch_add(1, std::memory_order_relaxed);
+  process_joined(done, false, t);
+}
+
+/// Sets past their deadline (or all, at the end of the input) are
+/// delivered flagged partial, or dropped if the stage asked for that.
+void ReplicaCore::expire_joins(std::int64_t now, bool all) {
+  const std::int64_t timeout = static_cast<std::int64_t>(join_.timeout_ms) * 1'000'000;
+  std::vector<std::uint64_t> due;
+  for (const auto& [key, set] : joins_) {
+    if (all || now - set.created_ns >= timeout) due.push_back(key);
+  }
+  std::sort(due.begin(), due.end(), [this](std::uint64_t a, std::uint64_t b) {
+    return joins_.at(a).created_ns < joins_.at(b).created_ns;
+  });
+  std::int64_t t = now != 0 ? now : setup_.clock();
+  for (std::uint64_t key : due) {
+    JoinSet set = std::move(joins_.at(key));
+    joins_.erase(key);
+    expire(set, t);
+  }
+  if (!joins_.empty()) schedule_join_tick();
+}
+
+void ReplicaCore::expire_oldest_join(std::int64_t& t) {
+  auto oldest = joins_.begin();
+  for (auto it = joins_.begin(); it != joins_.end(); ++it) {
+    if (it->second.created_ns < oldest->second.created_ns) oldest = it;
+  }
+  JoinSet set = std::move(oldest->second);
+  joins_.erase(oldest);
+  expire(set, t);
+}
+
+void ReplicaCore::expire(JoinSet& set, std::int64_t& t) {
+  if (spec_.drops_partial_joins()) {
+    setup_.stats->counter("join_dropped").fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  setup_.stats->counter("join_partial").fetch_add(1, std::memory_order_relaxed);
+  process_joined(set, true, t);
+}
+
+void ReplicaCore::schedule_join_tick() {
+  if (join_tick_scheduled_) return;
+  join_tick_scheduled_ = true;
+  const auto period = std::chrono::milliseconds(std::clamp(join_.timeout_ms / 2, 1, 100));
+  effects_.schedule(kJoin, setup_.clock() + std::chrono::nanoseconds(period).count());
+}
+
+/// Runs the stage on a joined set. A set that fails is retried at once
+/// with a fresh stage, and given up as a dead letter after kMaxAttempts.
+void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
+  if (failed_) {
+    setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::vector<const Envelope*> by_port(set.by_port.size(), nullptr);
+  const Envelope* first = nullptr;
+  for (std::size_t p = 0; p < set.by_port.size(); ++p) {
+    if (!set.by_port[p].payload()) continue;
+    by_port[p] = &set.by_port[p];
+    if (first == nullptr) first = by_port[p];
+  }
+  if (first == nullptr) return;
+  origin_ = set.origin;
+  for (int attempt = 1;; ++attempt) {
+    inputs_.reset_joined(&by_port, partial);
+    outputs_.reset(first->header());
+    const std::int64_t t0 = t;
+    Status s = call_process();
+    t = setup_.clock();
+    if (!s.is_error()) {
+      setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
+      setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
+      if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
+      emit_outputs();
+      return;
+    }
+    setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+    log("replica " + std::to_string(setup_.replica) + " failed on a joined set: " + s.message());
+    setup_.stats->restarts.fetch_add(1, std::memory_order_relaxed);
+    stop_stage();
+    if (Status r = make_stage(); !r.ok()) {
+      fail_permanently("stage '" + decl().id + "' failed to restart: " + r.message());
+      return;
+    }
+    if (attempt >= kMaxAttempts) {
+      setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+Status ReplicaCore::call_process() {
+  try {
+    return stage_->process(inputs_, outputs_, *this);
+  } catch (const std::exception& ex) {
+    return Status::error(std::string("threw: ") + ex.what());
+  } catch (...) {
+    return Status::error("threw an unknown exception");
+  }
+}
+
+/// Counts a failed step and restarts the stage. Returns true when the
+/// envelope is given up (dead letter), false when it is to be retried.
+bool ReplicaCore::on_failure(const Status& s) {
+  setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+  log("replica " + std::to_string(setup_.replica) + " failed: " + s.message());
+  ++attempts_;
+  const bool give_up = attempts_ >= kMaxAttempts;
+  restart_with_backoff();
+  if (give_up) {
+    // The poison envelope is gone; the next one starts with a short backoff.
+    attempts_ = 0;
+    consecutive_failures_ = 0;
+    setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+  }
+  return give_up;
+}
+
+void ReplicaCore::restart_with_backoff() {
+  ++consecutive_failures_;
+  setup_.stats->restarts.fetch_add(1, std::memory_order_relaxed);
+  stop_stage();
+  Status s = make_stage();
+  if (!s.ok()) {
+    fail_permanently("stage '" + decl().id + "' failed to restart: " + s.message());
+    return;
+  }
+  const int shift = std::min(consecutive_failures_ - 1, 30);
+  const std::int64_t delay = std::min<std::int64_t>(kMaxBackoffNs, 1'000'000LL << shift);
+  backoff_ = true;
+  effects_.schedule(kResume, setup_.clock() + delay);
+}
+
+/// The stage cannot run: the run fails and is stopped; what reaches this
+/// replica from now on is counted as dead letters so nothing upstream stalls.
+void ReplicaCore::fail_permanently(const std::string& message) {
+  failed_ = true;
+  source_done_ = true;
+  log(message);
+  effects_.failed(message);
+}
+
+// -- credits and releases ------------------------------------------------
+//
+// Every envelope taken from the queue gets the next ordinal and enters the
+// release ledger in that order (per producer, the order it was sent in).
+// Its credit returns at once (batched); its release waits until nothing made
+// from it waits in an output router or a join set: the oldest such origin is
+// the frontier, and the ledger's entries before it are released, in order.
+
+/// Returns credit for one processed envelope of `from` on in-edge `in`.
+void ReplicaCore::acknowledge(int in_index, int from) {
+  InEdge& in = in_[static_cast<std::size_t>(in_index)];
+  ledger_.push_back(Held{next_ordinal_++, in_index, from});
+  if (++in.unacked[static_cast<std::size_t>(from)] >= in.threshold) {
+    settle_ledger();
+    send_ack(in, from);
+  }
+}
+
+std::uint64_t ReplicaCore::oldest_join_origin() const {
+  std::uint64_t oldest = EdgeRouter::kNoOrigin;
+  for (const auto& [key, set] : joins_) oldest = std::min(oldest, set.origin);
+  return oldest;
+}
+
+/// The oldest origin still held by a waiting output or a join set.
+std::uint64_t ReplicaCore::release_frontier() const {
+  std::uint64_t frontier = EdgeRouter::kNoOrigin;
+  for (const auto& out : out_) frontier = std::min(frontier, out.router.oldest_waiting_origin());
+  return std::min(frontier, oldest_join_origin());
+}
+
+/// Moves the ledger's entries before the frontier to the releasable counts.
+void ReplicaCore::settle_ledger() {
+  if (ledger_.empty()) return;
+  const std::uint64_t frontier = release_frontier();
+  while (!ledger_.empty() && ledger_.front().ordinal < frontier) {
+    const Held& h = ledger_.front();
+    ++in_[static_cast<std::size_t>(h.in)].releasable[static_cast<std::size_t>(h.from)];
+    ledger_.pop_front();
+  }
+}
+
+/// Sends releases that have reached an ack's batch size (with any credits
+/// due): called as each handler ends, so releases held by waiting outputs
+/// go upstream once those outputs leave.
+void ReplicaCore::flush_releases() {
+  if (ledger_.empty()) return;
+  settle_ledger();
+  // An incomplete set that holds back the release of more envelopes than
+  // the join may hold sets expires early (as when there are too many sets),
+  // so its producers stay within their retention limit.
+  const std::size_t join_holds = join_limit_ * in_.size();
+  if (!joins_.empty() && ledger_.size() > join_holds && !blocked()) {
+    std::int64_t t = setup_.clock();
+    while (!joins_.empty() && ledger_.size() > join_holds && oldest_join_origin() <= ledger_.front().ordinal) {
+      setup_.stats->counter("join_expired_early").fetch_add(1, std::memory_order_relaxed);
+      expire_oldest_join(t);
+      settle_ledger();
+    }
+  }
+  for (auto& in : in_) {
+    for (std::size_t f = 0; f < in.releasable.size(); ++f) {
+      if (in.releasable[f] >= in.threshold) send_ack(in, static_cast<int>(f));
+    }
+  }
+}
+
+void ReplicaCore::send_ack(InEdge& in, int from) {
+  const auto f = static_cast<std::size_t>(from);
+  effects_.ack((*setup_.graph).edges[static_cast<std::size_t>(in.edge)].from_node, from, in.edge, in.unacked[f],
+               in.releasable[f], service_ns_);
+  in.unacked[f] = 0;
+  in.releasable[f] = 0;
+}
+
+void ReplicaCore::flush_acks(InEdge& in, bool all) {
+  settle_ledger();
+  for (std::size_t f = 0; f < in.unacked.size(); ++f) {
+    if (in.unacked[f] > 0 || (all && in.releasable[f] > 0)) send_ack(in, static_cast<int>(f));
+  }
+}
+
+// -- output side --------------------------------------------------------
+
+bool ReplicaCore::any_blocked() const {
+  for (const auto& out : out_) {
+    if (out.router.blocked()) return true;
+  }
+  return false;
+}
+
+bool ReplicaCore::any_waiting() const {
+  for (const auto& out : out_) {
+    if (out.router.waiting() > 0) return true;
+  }
+  return false;
+}
+
+void ReplicaCore::emit_outputs() {
+  auto& items = outputs_.items();
+  for (auto& item : items) {
+    if (!item.envelope.payload()) {
+      // A consumer would take it for one refused on arrival: never sent.
+      setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+      log("replica " + std::to_string(setup_.replica) + " emitted an envelope without a payload: dropped");
+      continue;
+    }
+    const auto& subs = (*setup_.subscribers)[static_cast<std::size_t>(item.port)];
+    for (const auto& sub : subs) sub(item.envelope);
+    for (auto& out : out_) {
+      if (out.port != item.port) continue;
+      dispatches_.clear();
+      out.router.offer(item.envelope, dispatches_, !live_, origin_);
+      send_dispatches(out);
+    }
+  }
+  items.clear();
+}
+
+void ReplicaCore::send_dispatches(OutEdge& out) {
+  for (auto& d : dispatches_) effects_.deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
+  dispatches_.clear();
+  out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
+  out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);
+  if (out.router.too_large() != out.stats->too_large.load(std::memory_order_relaxed)) {
+    out.stats->too_large.store(out.router.too_large(), std::memory_order_relaxed);
+    const graph::Edge& edge = (*setup_.graph).edges[static_cast<std::size_t>(out.edge)];
+    log("an envelope on " + (*setup_.graph).from_name(edge) + " -> " + (*setup_.graph).to_name(edge) +
+        " has a payload over transport.max_message_bytes (" +
+        std::to_string(setup_.max_remote_payload_bytes) +
+        ") and could only go to a consumer replica on another unit: dropped (" +
+        std::to_string(out.router.too_large()) + " so far)");
+  }
+  out.stats->waiting.store(out.router.waiting(), std::memory_order_relaxed);
+  out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),
+                                  std::memory_order_relaxed);
+  out.stats->peak_retained.store(out.router.peak_retained(), std::memory_order_relaxed);
+}
+
+void ReplicaCore::ack(int edge, int replica, int credits, int released, double service_ns) {
+  const int index = out_index_[static_cast<std::size_t>(edge)];
+  if (index >= 0) {
+    OutEdge& out = out_[static_cast<std::size_t>(index)];
+    dispatches_.clear();
+    out.router.on_ack(replica, credits, released, service_ns, dispatches_);
+    send_dispatches(out);
+    if (!blocked()) resume();
+  }
+  end_event();
+}
+
+// -- sources ------------------------------------------------------------
+
+void ReplicaCore::schedule_pull(std::int64_t at_ns) {
+  if (pull_scheduled_) return;
+  pull_scheduled_ = true;
+  effects_.schedule(kPull, at_ns);
+}
+
+void ReplicaCore::pull() {
+  if (!started_ || finished_ || source_done_ || !source_ || pull_scheduled_) return;
+  // A source is busy from the start of a pull to its end (its steps and
+  // handing on their outputs): two clock reads a pull, not two a step.
+  struct BusyUntilReturn {
+    const ReplicaSetup& setup;
+    std::int64_t since = setup.clock();
+    ~BusyUntilReturn() { setup.stats->busy_ns.fetch_add(setup.clock() - since, std::memory_order_relaxed); }
+  } busy{setup_};
+  for (int k = 0; k < kPullBatch; ++k) {
+    if (stop_requested()) {
+      source_done_ = true;
+      break;
+    }
+    if (backoff_ || (!live_ && any_blocked())) return;  // resumed by an ack or the backoff
+    defer_until_ = 0;
+    inputs_.reset(-1, nullptr);
+    outputs_.reset(EnvelopeHeader{});
+    Status s = call_process();
+    if (s.is_end_of_stream()) {
+      source_done_ = true;
+      break;
+    }
+    if (s.is_error()) {
+      setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+      log("source replica " + std::to_string(setup_.replica) + " failed: " + s.message());
+      if (consecutive_failures_ + 1 >= kMaxSourceFailures) {
+        fail_permanently("source '" + decl().id + "' failed " + std::to_string(kMaxSourceFailures) +
+                         " times in a row: " + s.message());
+        break;
+      }
+      restart_with_backoff();
+      return;
+    }
+    consecutive_failures_ = 0;
+    if (!outputs_.items().empty()) setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
+    emit_outputs();
+    if (defer_until_ > 0) {
+      schedule_pull(defer_until_);
+      return;
+    }
+  }
+  if (source_done_) {
+    maybe_finish();
+  } else {
+    schedule_pull(0);
+  }
+}
+
+// -- logging ------------------------------------------------------------
+
+/// Logs at most once a second per replica; the rest are counted.
+void ReplicaCore::log(const std::string& message) {
+  const std::int64_t now = setup_.clock();
+  if (now - last_log_ns_ < 1'000'000'000 && last_log_ns_ != 0) {
+    ++suppressed_logs_;
+    return;
+  }
+  std::string extra;
+  if (suppressed_logs_ > 0) extra = " (" + std::to_string(suppressed_logs_) + " similar messages suppressed)";
+  effects_.log(decl().id + ": " + message + extra);
+  last_log_ns_ = now;
+  suppressed_logs_ = 0;
+}
+
+
+}  // namespace swarmflow::runtime

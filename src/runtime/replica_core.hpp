@@ -1,0 +1,242 @@
+#pragma once
+// The decisions of one replica, without actors: it takes events (envelopes
+// delivered, acks, end of stream, ticks) and carries out its stage's steps,
+// and everything it wants done outside goes through `ReplicaEffects`. It owns
+// the input queue, the credit and release ledger of its in-edges, the routers
+// of its out-edges, the join table and the retry policy. Time comes from an
+// injected clock, so tests drive it on a simulated one.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <swarmflow/registry.hpp>
+#include <swarmflow/runtime.hpp>
+#include <swarmflow/stage.hpp>
+
+#include "graph/graph.hpp"
+#include "runtime/replica_stats.hpp"
+#include "runtime/ring_queue.hpp"
+#include "runtime/routing.hpp"
+
+namespace swarmflow::runtime {
+
+/// What a replica asks of the world around it. The stage host carries these
+/// out with actor messages and the transport; tests record them.
+class ReplicaEffects {
+ public:
+  virtual ~ReplicaEffects() = default;
+  /// Sends `envelope` on `edge` to replica `replica` of stage `node`.
+  virtual void deliver(int node, int replica, int edge, Envelope&& envelope) = 0;
+  /// Returns `credits` and releases `released` envelopes to producer replica
+  /// `replica` of stage `node` on `edge`, with this replica's service time.
+  virtual void ack(int node, int replica, int edge, int credits, int released, double service_ns) = 0;
+  /// Ends `edge` towards replica `replica` of stage `node` (after everything
+  /// delivered before it).
+  virtual void end_of_stream(int node, int replica, int edge) = 0;
+  /// Asks for `tick(kind, ...)` at `at_ns` (at once when it is not later than now).
+  virtual void schedule(int kind, std::int64_t at_ns) = 0;
+  /// The replica has ended: its stage is stopped and its marks are sent.
+  virtual void finished() = 0;
+  /// The stage cannot run; the run is to fail with `message` and stop.
+  virtual void failed(const std::string& message) = 0;
+  /// A line for the log (already rate limited).
+  virtual void log(const std::string& line) = 0;
+};
+
+/// What a replica needs to know of the run; all of it outlives the replica.
+struct ReplicaSetup {
+  const graph::Graph* graph = nullptr;
+  const Registry* registry = nullptr;
+  int node = 0;
+  int replica = 0;
+  double speed = 1.0;  ///< its unit's speed factor
+  ReplicaStats* stats = nullptr;
+  std::vector<EdgeSideStats*> in_stats;   ///< by edge id, null where not an in-edge
+  std::vector<EdgeSideStats*> out_stats;  ///< by edge id, null where not an out-edge
+  /// Which consumer replicas of each out-edge (by edge id) are on other units.
+  std::vector<std::vector<bool>> remote_consumers;
+  std::size_t max_remote_payload_bytes = 0;
+  /// Callbacks of `Runtime::subscribe`, by output port.
+  const std::vector<std::vector<Runtime::Subscriber>>* subscribers = nullptr;
+  const std::atomic<bool>* stop_requested = nullptr;
+  std::function<std::int64_t()> clock;  ///< steady time in ns
+};
+
+/// One replica's decisions. Not thread-safe: one event at a time, as an actor
+/// delivers them.
+class ReplicaCore final : public StageContext {
+ public:
+  /// Kinds of `ReplicaEffects::schedule` and `tick`.
+  enum Tick : int { kPull = 0, kResume = 1, kJoin = 2 };
+
+  ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects);
+  ~ReplicaCore() override;
+
+  // -- events: each ends with the releases it made due sent --------------
+  /// Makes and starts the stage; a source begins producing.
+  void start();
+  /// An envelope from producer replica `from` on `edge`. A batch is one event.
+  void deliver(int edge, int from, Envelope&& envelope);
+  void deliver(int edge, int from, std::vector<Envelope>& batch);
+  void ack(int edge, int replica, int credits, int released, double service_ns);
+  void end_of_stream(int edge, int from);
+  void tick(int kind);
+  /// A source ends its stream now.
+  void stop_source();
+
+  bool has_finished() const { return finished_; }
+  /// Envelopes taken but not processed (not counting end-of-stream marks).
+  std::uint64_t queued() const { return data_queued_; }
+  /// Processed envelopes whose release has not been sent yet.
+  std::size_t unreleased() const;
+  const EdgeRouter* router(int edge) const;
+
+  // -- StageContext -------------------------------------------------------
+  const std::string& stage_id() const override;
+  int replica() const override { return setup_.replica; }
+  int replica_count() const override;
+  std::int64_t now_ns() const override { return setup_.clock(); }
+  double speed() const override { return setup_.speed; }
+  bool stop_requested() const override;
+  void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
+  void set_live(bool live) override { live_ = live; }
+  std::atomic<std::int64_t>& counter(std::string_view name) override { return setup_.stats->counter(name); }
+
+ private:
+  struct InEdge {
+    int edge;
+    int port;
+    int threshold;
+    std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
+    std::vector<int> releasable;  ///< per upstream replica: released here, release not yet sent
+    EdgeSideStats* stats;
+  };
+  struct OutEdge {
+    int edge;
+    int port;
+    int to_node;
+    int consumers;
+    EdgeRouter router;
+    EdgeSideStats* stats;
+  };
+  struct Item {
+    int in;    ///< index into in_
+    int from;  ///< upstream replica
+    Envelope envelope;
+    bool eos;
+  };
+  /// Envelopes of one key, one per input port, waiting for the rest.
+  struct JoinSet {
+    std::vector<Envelope> by_port;
+    std::int64_t created_ns = 0;
+    std::uint64_t origin = 0;  ///< ordinal of its first envelope: it holds the release of all from there
+  };
+  /// A processed envelope whose release has not been sent.
+  struct Held {
+    std::uint64_t ordinal;
+    int in;    ///< index into in_
+    int from;  ///< upstream replica
+  };
+
+  const config::StageDecl& decl() const;
+  void end_event();
+
+  // -- life cycle
+  Status make_stage();
+  void stop_stage();
+  void resume();
+  void maybe_finish();
+  void finish();
+  void fail_permanently(const std::string& message);
+
+  // -- input side
+  void enqueue(int edge, int from, Envelope&& e, std::int64_t now);
+  void after_input(std::int64_t now);
+  bool blocked() const;
+  void drain(std::int64_t now = 0);
+  bool process_item(Item& item, std::int64_t& t);
+  Status call_process();
+  bool on_failure(const Status& s);
+  void restart_with_backoff();
+
+  // -- joins
+  std::uint64_t join_key(const EnvelopeHeader& h) const;
+  void join_insert(Item& item, std::int64_t& t);
+  void expire_joins(std::int64_t now, bool all);
+  void expire_oldest_join(std::int64_t& t);
+  void expire(JoinSet& set, std::int64_t& t);
+  void schedule_join_tick();
+  void process_joined(JoinSet& set, bool partial, std::int64_t& t);
+  std::uint64_t oldest_join_origin() const;
+
+  // -- credits and releases
+  void acknowledge(int in_index, int from);
+  std::uint64_t release_frontier() const;
+  void settle_ledger();
+  void flush_releases();
+  void send_ack(InEdge& in, int from);
+  void flush_acks(InEdge& in, bool all);
+
+  // -- output side
+  bool any_blocked() const;
+  bool any_waiting() const;
+  void emit_outputs();
+  void send_dispatches(OutEdge& out);
+
+  // -- sources
+  void schedule_pull(std::int64_t at_ns);
+  void pull();
+
+  void log(const std::string& message);
+
+  ReplicaSetup setup_;
+  ReplicaEffects& effects_;
+  bool source_ = false;
+  bool sink_ = false;
+
+  std::unique_ptr<Stage> stage_;
+  StageSpec spec_;
+  Inputs inputs_;
+  Outputs outputs_;
+
+  std::vector<int> in_index_;
+  std::vector<int> out_index_;
+  std::vector<InEdge> in_;
+  std::vector<OutEdge> out_;
+  std::vector<Dispatch> dispatches_;
+  RingQueue<Item> queue_;
+
+  RingQueue<Held> ledger_;
+  std::uint64_t next_ordinal_ = 0;
+  std::uint64_t origin_ = 0;  ///< ordinal of the input whose outputs are being emitted
+
+  std::uint64_t data_queued_ = 0;  ///< envelopes in queue_, not counting end-of-stream marks
+  config::JoinDecl join_;
+  std::vector<bool> join_ports_;  ///< input ports a complete set must have
+  std::unordered_map<std::uint64_t, JoinSet> joins_;
+  bool join_tick_scheduled_ = false;
+  std::size_t join_limit_ = 0;
+  int eos_remaining_ = 0;
+  bool started_ = false;
+  bool finished_ = false;
+  bool failed_ = false;
+  bool source_done_ = false;
+  bool live_ = false;
+  bool backoff_ = false;
+  bool pull_scheduled_ = false;
+  std::int64_t defer_until_ = 0;
+  int attempts_ = 0;
+  int consecutive_failures_ = 0;
+  double service_ns_ = 0;
+  std::int64_t last_log_ns_ = 0;
+  std::uint64_t suppressed_logs_ = 0;
+};
+
+/// Incomplete join sets a replica with this queue capacity may hold.
+std::size_t join_set_limit(int capacity);
+
+}  // namespace swarmflow::runtime
