@@ -72,6 +72,14 @@ struct UnitReport {
   std::map<std::string, std::uint64_t> rejected_by_reason;
 };
 
+/// The coordinator's control socket.
+struct CoordinatorReport {
+  /// Peers refused in the handshake on its tcp (CURVE) endpoint: plaintext,
+  /// another server key, a key not in the cluster's unit list, garbage. Zero
+  /// when this process runs no coordinator socket (one process, or a unit).
+  std::uint64_t refused_handshakes = 0;
+};
+
 /// The whole run.
 struct RunReport {
   std::string pipeline;
@@ -82,8 +90,10 @@ struct RunReport {
   std::vector<StageReport> stages;
   std::vector<EdgeReport> edges;
   std::vector<UnitReport> units;
+  CoordinatorReport coordinator;
 
-  /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units.
+  /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units,
+  /// coordinator.
   std::string to_json() const;
   const StageReport* stage(const std::string& id) const;
   const EdgeReport* edge(const std::string& from, const std::string& to) const;

@@ -102,6 +102,9 @@ std::string RunReport::to_json() const {
   Json units_j = Json::object();
   for (const UnitReport& u : units) units_j[u.id] = unit_json(u);
   j["units"] = std::move(units_j);
+  Json coordinator_j = Json::object();
+  coordinator_j["refused_handshakes"] = coordinator.refused_handshakes;
+  j["coordinator"] = std::move(coordinator_j);
   // Names and messages come from users and stages; never fail on bad UTF-8.
   return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }

@@ -480,6 +480,13 @@ struct Runtime::Impl {
   std::vector<bool> local;   ///< by unit: hosted in this process
   bool distributed = false;  ///< some unit runs in another process
   std::unique_ptr<transport::ControlServer> control_server;
+
+  /// The run's report so far, with the coordinator's control socket.
+  RunReport report_now() const {
+    RunReport r = runtime::build_report(*run);
+    if (control_server) r.coordinator.refused_handshakes = control_server->refused_handshakes();
+    return r;
+  }
   std::shared_ptr<runtime::ClusterView> cluster;
   std::shared_ptr<runtime::UnitSide> unit_side;
 
@@ -1033,7 +1040,7 @@ Status Runtime::wait() {
   } else if (m.distributed) {
     m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->epoch); });
   }
-  m.final_report = runtime::build_report(*m.run);
+  m.final_report = m.report_now();
   if (m.run->aborted()) m.kill_local_hosts();
   m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
@@ -1054,7 +1061,7 @@ Status Runtime::run() {
 RunReport Runtime::report() const {
   if (impl_->waited) return impl_->final_report;
   if (!impl_->run) return {};
-  return runtime::build_report(*impl_->run);
+  return impl_->report_now();
 }
 
 std::string Runtime::dot() const {

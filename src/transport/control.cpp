@@ -36,11 +36,16 @@ void free_detached(void*, void* hint) { delete static_cast<flatbuffers::Detached
 
 struct ControlServer::Impl {
   Impl(zmq::context_t& ctx, ControlServerConfig cfg, Handler h)
-      : config(std::move(cfg)), handler(std::move(h)), router(ctx, zmq::socket_type::router) {}
+      : context(ctx), config(std::move(cfg)), handler(std::move(h)), router(ctx, zmq::socket_type::router) {}
 
+  zmq::context_t& context;
   ControlServerConfig config;
   Handler handler;
   zmq::socket_t router;
+  /// Counts and logs refused handshakes on a tcp (CURVE) router; declared
+  /// after it, so it is destroyed first.
+  std::unique_ptr<HandshakeMonitor> monitor;
+  std::atomic<std::uint64_t> refused_handshakes{0};
   std::string bound;
   int wake_fd = -1;
   std::mutex mutex;
@@ -90,18 +95,30 @@ struct ControlServer::Impl {
     }
   }
 
+  void drain_monitor() {
+    monitor->drain();
+    refused_handshakes.store(monitor->refused(), std::memory_order_relaxed);
+  }
+
   void run() {
     while (!stopping.load()) {
-      std::array<zmq_pollitem_t, 2> items{{{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}}};
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+      std::array<zmq_pollitem_t, 3> items{{{router.handle(), 0, ZMQ_POLLIN, 0},
+                                           {nullptr, wake_fd, ZMQ_POLLIN, 0},
+                                           {monitor ? monitor->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}}};
+      zmq::poll(items.data(), monitor ? items.size() : items.size() - 1, std::chrono::milliseconds(100));
       if ((items[1].revents & ZMQ_POLLIN) != 0) {
         std::uint64_t v = 0;
         [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
       }
       flush();
       if ((items[0].revents & ZMQ_POLLIN) != 0) receive();
+      if (monitor && (items[2].revents & ZMQ_POLLIN) != 0) drain_monitor();
     }
     flush();
+    if (monitor) {
+      drain_monitor();
+      monitor.reset();  // before its socket
+    }
     router.close();
   }
 };
@@ -118,8 +135,9 @@ Status ControlServer::start() {
   if (s.config.endpoint.rfind("ipc://", 0) == 0) {
     if (Status ipc = check_ipc_endpoint(s.config.endpoint); !ipc.ok()) return ipc;
   }
+  const bool is_tcp = s.config.endpoint.rfind("tcp://", 0) == 0;
   try {
-    if (s.config.endpoint.rfind("tcp://", 0) == 0) {
+    if (is_tcp) {
       if (s.config.secret_key.empty()) {
         return Status::error("coordinator: a tcp endpoint uses CURVE and there is no secret key",
                              StatusCode::failed_precondition);
@@ -132,6 +150,9 @@ Status ControlServer::start() {
     limits.linger_ms = s.config.linger_ms;
     apply_limits(s.router, limits);
     s.router.set(zmq::sockopt::router_mandatory, 1);
+    // Every CURVE server socket has a handshake monitor, in place before the
+    // first peer can connect.
+    if (is_tcp) s.monitor = std::make_unique<HandshakeMonitor>(s.context, s.router);
     s.router.bind(s.config.endpoint);
     s.bound = s.router.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -168,5 +189,6 @@ void ControlServer::send(const std::string& unit_id, ControlBuffer message) {
 
 std::string ControlServer::bound_endpoint() const { return impl_->bound; }
 std::uint64_t ControlServer::rejected() const { return impl_->rejected.load(); }
+std::uint64_t ControlServer::refused_handshakes() const { return impl_->refused_handshakes.load(); }
 
 }  // namespace swarmflow::transport

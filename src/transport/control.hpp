@@ -49,6 +49,8 @@ struct ControlServerConfig {
 };
 
 /// The coordinator's side of the control plane: a ROUTER on its own thread.
+/// On tcp it is a CURVE server: the context's ZapHandler (made before
+/// start()) admits the units' keys, and a HandshakeMonitor counts refusals.
 class ControlServer {
  public:
   /// Called on the server thread with the sender's unit id and a verified message.
@@ -64,7 +66,13 @@ class ControlServer {
   /// Queues a message for unit `unit_id`. Thread-safe.
   void send(const std::string& unit_id, ControlBuffer message);
   std::string bound_endpoint() const;
+  /// Messages dropped because they failed verification.
   std::uint64_t rejected() const;
+  /// Peers refused in the handshake on a tcp (CURVE) endpoint: plaintext,
+  /// another server key, a key the ZAP handler does not admit, garbage.
+  /// Counted by the socket's HandshakeMonitor, logged at a limited rate.
+  /// Thread-safe; 0 on ipc and inproc endpoints.
+  std::uint64_t refused_handshakes() const;
 
  private:
   struct Impl;

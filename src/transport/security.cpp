@@ -576,8 +576,73 @@ void make_curve_client(zmq::socket_t& socket, const KeyPair& client, const std::
 
 // -- handshake monitor ----------------------------------------------------
 
+void HandshakeLedger::accepted(int fd, Clock::time_point now) { fresh_[fd] = now; }
+
+void HandshakeLedger::result() {
+  // The result is one of the connections open now; which one, it does not say.
+  candidates_.insert(fresh_.begin(), fresh_.end());
+  fresh_.clear();
+  ++results_;
+  settle();
+}
+
+std::uint64_t HandshakeLedger::disconnected(int fd) {
+  if (fresh_.erase(fd) != 0) return 1;  // no result since it was accepted
+  if (candidates_.erase(fd) == 0) return 0;  // its result is known: not silent
+  ++closed_candidates_;
+  return settle();
+}
+
+std::uint64_t HandshakeLedger::expire(Clock::time_point now) {
+  if (limit_ == Clock::duration::zero()) return 0;
+  for (auto it = fresh_.begin(); it != fresh_.end();) {
+    it = now - it->second < limit_ ? std::next(it) : fresh_.erase(it);
+  }
+  for (auto it = candidates_.begin(); it != candidates_.end();) {
+    if (now - it->second < limit_) {
+      ++it;
+      continue;
+    }
+    // Still open past the limit: one of the results was its own.
+    it = candidates_.erase(it);
+    if (results_ > 0) --results_;
+  }
+  return settle();
+}
+
+std::uint64_t HandshakeLedger::settle() {
+  const std::uint64_t members = candidates_.size() + closed_candidates_;
+  std::uint64_t silent = 0;
+  if (results_ >= members) {
+    // Every candidate had its result; those still open are plain connections.
+    candidates_.clear();
+  } else if (candidates_.empty()) {
+    // All ended: those without a result were refused silently.
+    silent = closed_candidates_ - results_;
+  } else {
+    return 0;
+  }
+  closed_candidates_ = 0;
+  results_ = 0;
+  return silent;
+}
+
+namespace {
+
+/// How long past its ZMQ_HANDSHAKE_IVL a connection still open is taken to
+/// have had its handshake result: room for the event to be drained.
+constexpr std::chrono::seconds kHandshakeEventSlack{1};
+
+HandshakeLedger::Clock::duration handshake_limit(zmq::socket_t& server) {
+  const int ivl_ms = server.get(zmq::sockopt::handshake_ivl);
+  if (ivl_ms <= 0) return HandshakeLedger::Clock::duration::zero();
+  return std::chrono::milliseconds(ivl_ms) + kHandshakeEventSlack;
+}
+
+}  // namespace
+
 HandshakeMonitor::HandshakeMonitor(zmq::context_t& context, zmq::socket_t& server)
-    : server_(server.handle()), events_(context, zmq::socket_type::pair) {
+    : server_(server.handle()), events_(context, zmq::socket_type::pair), ledger_(handshake_limit(server)) {
   static std::atomic<std::uint64_t> next_id{0};
   const std::string endpoint = "inproc://swarmflow.handshake-monitor." + std::to_string(next_id.fetch_add(1));
   constexpr int kEvents = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
@@ -596,40 +661,55 @@ HandshakeMonitor::~HandshakeMonitor() { zmq_socket_monitor(server_, nullptr, 0);
 void HandshakeMonitor::drain() {
   for (;;) {
     std::vector<zmq::message_t> event;
-    if (!zmq::recv_multipart(events_, std::back_inserter(event), zmq::recv_flags::dontwait)) return;
-    // Version 1 events: [u16 event, u32 value][endpoint].
+    if (!zmq::recv_multipart(events_, std::back_inserter(event), zmq::recv_flags::dontwait)) break;
+    // Version 1 events: [u16 event, u32 value][endpoint]. The value of
+    // ACCEPTED and DISCONNECTED is the connection's descriptor.
     if (event.size() != 2 || event[0].size() != 6) continue;
     std::uint16_t id = 0;
     std::uint32_t value = 0;
     std::memcpy(&id, event[0].data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + sizeof id, sizeof value);
-    const std::string endpoint = event[1].to_string();
+    endpoint_ = event[1].to_string();
+    const auto now = HandshakeLedger::Clock::now();
     switch (id) {
       case ZMQ_EVENT_ACCEPTED:
         accepted_.fetch_add(1, std::memory_order_relaxed);
+        ledger_.accepted(static_cast<int>(value), now);
         break;
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         succeeded_.fetch_add(1, std::memory_order_relaxed);
+        ledger_.result();
         break;
       case ZMQ_EVENT_DISCONNECTED:
         disconnected_.fetch_add(1, std::memory_order_relaxed);
+        count_greeting_failures(ledger_.disconnected(static_cast<int>(value)));
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
         failed_protocol_.fetch_add(1, std::memory_order_relaxed);
-        log_failure(id, value, endpoint);
+        ledger_.result();
+        log_failure(id, value, endpoint_);
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
         failed_no_detail_.fetch_add(1, std::memory_order_relaxed);
-        log_failure(id, value, endpoint);
+        ledger_.result();
+        log_failure(id, value, endpoint_);
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
         // The ZAP handler logs these, with the key and the peer's address.
         failed_auth_.fetch_add(1, std::memory_order_relaxed);
+        ledger_.result();
         break;
       default:
         break;
     }
   }
+  count_greeting_failures(ledger_.expire(HandshakeLedger::Clock::now()));
+}
+
+void HandshakeMonitor::count_greeting_failures(std::uint64_t n) {
+  if (n == 0) return;
+  failed_greeting_.fetch_add(n, std::memory_order_relaxed);
+  for (std::uint64_t i = 0; i < n; ++i) log_failure(ZMQ_EVENT_DISCONNECTED, 0, endpoint_);
 }
 
 void HandshakeMonitor::log_failure(std::uint16_t event, std::uint32_t value, const std::string& endpoint) {
@@ -640,6 +720,8 @@ void HandshakeMonitor::log_failure(std::uint16_t event, std::uint32_t value, con
     reason = "mechanism mismatch (a plaintext peer, or one not using CURVE)";
   } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
     reason = "cryptographic error (a peer expecting another server key?)";
+  } else if (event == ZMQ_EVENT_DISCONNECTED) {
+    reason = "the connection ended before any handshake (bytes that are not a ZeroMQ 3 greeting, or a hang-up)";
   } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
     char code[32];
     std::snprintf(code, sizeof code, "protocol error 0x%08x", static_cast<unsigned>(value));

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -204,12 +205,67 @@ void make_curve_client(zmq::socket_t& socket, const KeyPair& client, const std::
 
 // -- handshake monitor ----------------------------------------------------
 
+/// Finds the connections of a server socket that ended without any handshake
+/// result. libzmq reports no handshake event for a peer whose first bytes are
+/// not a ZMTP 3 greeting (garbage, a ZMTP 1.0 peer) or that hangs up before
+/// its greeting: its connection is only accepted and then disconnected. Those
+/// two events name the connection (by descriptor); handshake results do not.
+///
+/// A connection that closes with no handshake result since it was accepted
+/// was refused silently. When handshakes overlap, a result cannot be given to
+/// one connection: the overlapping ones wait as candidates until it is clear,
+/// that is until every candidate has closed, until there are as many results
+/// as candidates, or until a candidate has been open for `handshake_limit`
+/// (libzmq ends every handshake by then, so it had its result).
+///
+/// It relies on the events of one connection arriving in order (accepted,
+/// result, disconnected), which libzmq guarantees when the context has one
+/// I/O thread, as swarmflow's contexts do.
+///
+/// Pure: fed with the monitor's events and explicit time; not thread-safe.
+class HandshakeLedger {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// `handshake_limit`: how long after being accepted a connection that is
+  /// still open must have had its handshake result; zero = no such limit.
+  explicit HandshakeLedger(Clock::duration handshake_limit) : limit_(handshake_limit) {}
+
+  /// A connection `fd` was accepted.
+  void accepted(int fd, Clock::time_point now);
+  /// A handshake succeeded or failed, on a connection libzmq does not name.
+  void result();
+  /// Connection `fd` ended. Returns how many connections are now known to
+  /// have ended without a handshake result (this one, or earlier candidates).
+  std::uint64_t disconnected(int fd);
+  /// Settles candidates open for longer than the limit (and forgets any other
+  /// connection open that long: it must have had its result); returns like
+  /// disconnected().
+  std::uint64_t expire(Clock::time_point now);
+
+  /// Connections whose handshake result is not yet known (for tests).
+  std::size_t unsettled() const { return fresh_.size() + candidates_.size() + closed_candidates_; }
+
+ private:
+  std::uint64_t settle();
+
+  Clock::duration limit_;
+  /// Open, accepted after the last result: no result can be theirs yet.
+  std::unordered_map<int, Clock::time_point> fresh_;
+  /// Open, with some result since they were accepted that may be theirs.
+  std::unordered_map<int, Clock::time_point> candidates_;
+  std::uint64_t closed_candidates_ = 0;  ///< candidates that ended since
+  std::uint64_t results_ = 0;            ///< results that belong to candidates
+};
+
 /// Counts the handshakes of one server socket, through zmq_socket_monitor.
 /// ZAP sees only CURVE clients that proved they hold the server key; a
 /// plaintext peer, or one that expects another server key, is refused earlier
 /// by libzmq, and this monitor is where such refusals are counted and logged
-/// (at most once per second). It also counts disconnects, which is how an
-/// oversized message shows: libzmq drops the connection.
+/// (at most once per second). So are connections that end before any
+/// handshake result (garbage bytes; see HandshakeLedger). It also counts
+/// disconnects, which is how an oversized message shows: libzmq drops the
+/// connection.
 ///
 /// Threading: made, used and destroyed by the thread that owns the server
 /// socket (zmq_socket_monitor acts on that socket). That thread polls
@@ -221,7 +277,8 @@ void make_curve_client(zmq::socket_t& socket, const KeyPair& client, const std::
 class HandshakeMonitor {
  public:
   /// Starts monitoring `server` (a socket of `context`); throws zmq::error_t
-  /// when libzmq refuses. Create it before the socket binds.
+  /// when libzmq refuses. Create it before the socket binds and after its
+  /// ZMQ_HANDSHAKE_IVL is set (apply_limits).
   HandshakeMonitor(zmq::context_t& context, zmq::socket_t& server);
   /// Stops monitoring (while `server` is still open) and closes socket().
   ~HandshakeMonitor();
@@ -234,8 +291,10 @@ class HandshakeMonitor {
   /// Reads and counts every event waiting, without blocking.
   void drain();
 
-  /// Handshakes refused for any reason (the sum of the three below).
-  std::uint64_t refused() const { return failed_protocol() + failed_auth() + failed_no_detail(); }
+  /// Handshakes refused for any reason (the sum of the four below).
+  std::uint64_t refused() const {
+    return failed_protocol() + failed_auth() + failed_no_detail() + failed_greeting();
+  }
   /// Protocol errors: a plaintext peer (mechanism mismatch), a peer that
   /// expects another server key (cryptographic error), a malformed handshake.
   std::uint64_t failed_protocol() const { return failed_protocol_.load(std::memory_order_relaxed); }
@@ -243,6 +302,9 @@ class HandshakeMonitor {
   std::uint64_t failed_auth() const { return failed_auth_.load(std::memory_order_relaxed); }
   /// Other failures, such as no ZAP handler, or a handshake timeout.
   std::uint64_t failed_no_detail() const { return failed_no_detail_.load(std::memory_order_relaxed); }
+  /// Connections that ended before any handshake result: bytes that are not
+  /// a ZMTP 3 greeting (garbage), or a peer that hung up at once.
+  std::uint64_t failed_greeting() const { return failed_greeting_.load(std::memory_order_relaxed); }
   std::uint64_t succeeded() const { return succeeded_.load(std::memory_order_relaxed); }
   std::uint64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
   /// Connections that ended, after a refused handshake or not.
@@ -250,15 +312,19 @@ class HandshakeMonitor {
 
  private:
   void log_failure(std::uint16_t event, std::uint32_t value, const std::string& endpoint);
+  void count_greeting_failures(std::uint64_t n);
 
   void* server_;  ///< the monitored socket's handle
   zmq::socket_t events_;
   std::atomic<std::uint64_t> failed_protocol_{0};
   std::atomic<std::uint64_t> failed_auth_{0};
   std::atomic<std::uint64_t> failed_no_detail_{0};
+  std::atomic<std::uint64_t> failed_greeting_{0};
   std::atomic<std::uint64_t> succeeded_{0};
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> disconnected_{0};
+  HandshakeLedger ledger_;
+  std::string endpoint_;  ///< of the last event, for log lines
   RateLimitedLog log_;
 };
 

@@ -1,5 +1,6 @@
 // A secured cluster under attack: while a pipeline runs over three unit
-// processes on tcp loopback, peers without the right keys try to connect, an
+// processes on tcp loopback, peers without the right keys (and garbage) try to
+// connect to a unit and to the coordinator, an
 // admitted peer floods a unit with malformed messages, and an admitted peer
 // sends a message over the unit's size limit. The pipeline's results do not
 // change, and every refusal and rejection is counted.
@@ -17,6 +18,7 @@
 #include <zmq.hpp>
 
 #include "support/process.hpp"
+#include "support/raw_tcp.hpp"
 #include "transport/security.hpp"
 #include "transport/wire.hpp"
 
@@ -101,12 +103,13 @@ class SecuredCluster : public ::testing::Test {
   void SetUp() override {
     for (const char* k : {"u0", "u1", "u2", "stranger"}) ASSERT_NO_FATAL_FAILURE(keygen(dir_, k));
     u1_endpoint_ = tcp(free_port());
+    coordinator_endpoint_ = tcp(free_port());
     lines_ = dir_.file("lines.jsonl");
     report_ = dir_.file("report.json");
     const std::string file = dir_.write(
         "secured.yaml",
         "pipeline: secured\n"
-        "coordinator: \"" + tcp(free_port()) + "\"\n"
+        "coordinator: \"" + coordinator_endpoint_ + "\"\n"
         "coordinator_key: u0.key.pub\n"
         "units:\n"
         "  - {id: u0, endpoint: \"" + tcp(free_port()) + "\", public_key: u0.key.pub}\n"
@@ -180,6 +183,7 @@ class SecuredCluster : public ::testing::Test {
 
   TempDir dir_;
   std::string u1_endpoint_;
+  std::string coordinator_endpoint_;
   std::string lines_;
   std::string report_;
   pid_t u1_ = -1;
@@ -216,10 +220,26 @@ TEST_F(SecuredCluster, AttacksDoNotChangeResultsAndAreCounted) {
     s.set(zmq::sockopt::routing_id, "intruder");
   }, {{"hello"}});
 
+  // The same refused peers, and garbage, at the coordinator's control socket.
+  ASSERT_TRUE(send_raw_tcp(coordinator_endpoint_, garbage_bytes(11)));
+  const std::vector<std::vector<std::string>> heartbeat_like = {{"u2"}};
+  send_from(ctx, coordinator_endpoint_, [](zmq::socket_t& s) { s.set(zmq::sockopt::routing_id, "u2"); },
+            heartbeat_like);
+  send_from(ctx, coordinator_endpoint_, [&](zmq::socket_t& s) {
+    transport::make_curve_client(s, stranger, u0.public_key);
+    s.set(zmq::sockopt::routing_id, "u2");
+  }, heartbeat_like);
+  send_from(ctx, coordinator_endpoint_, [&](zmq::socket_t& s) {
+    transport::make_curve_client(s, u2_keys, u1_keys.public_key);
+    s.set(zmq::sockopt::routing_id, "u2");
+  }, heartbeat_like);
+
   const auto r = stop();
   expect_results_unchanged(r);
   const auto& unit = r["units"]["u1"];
   EXPECT_GE(unit["refused_handshakes"].get<std::uint64_t>(), 3U) << unit.dump(2);
+  EXPECT_GE(r["coordinator"]["refused_handshakes"].get<std::uint64_t>(), 4U) << r["coordinator"].dump(2);
+  EXPECT_NE(slurp(dir_.file("c.err")).find("refused"), std::string::npos) << "refusals are logged";
   EXPECT_EQ(unit["rejected"].get<std::uint64_t>(), junk.size()) << unit.dump(2);
   EXPECT_GE(unit["unknown_peer"].get<std::uint64_t>(), 1U) << unit.dump(2);
   EXPECT_NE(slurp(dir_.file("u1.err")).find("dropped"), std::string::npos) << "rejections are logged";

@@ -154,6 +154,13 @@ TEST(ReportJson, EmptyReportIsValid) {
   EXPECT_TRUE(j.at("sinks").empty());
 }
 
+TEST(ReportJson, CoordinatorCountsRefusedHandshakes) {
+  RunReport r = sample_report();
+  EXPECT_EQ(nlohmann::json::parse(r.to_json()).at("coordinator").at("refused_handshakes"), 0);
+  r.coordinator.refused_handshakes = 7;
+  EXPECT_EQ(nlohmann::json::parse(r.to_json()).at("coordinator").at("refused_handshakes"), 7);
+}
+
 TEST(ReportJson, InvalidUtf8DoesNotBreakTheReport) {
   RunReport r = sample_report();
   r.error = "bad byte \xff here";

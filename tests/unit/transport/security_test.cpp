@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 #include <zmq_addon.hpp>
 
+#include "support/raw_tcp.hpp"
+
 namespace st = swarmflow::transport;
 using namespace std::chrono_literals;
 
@@ -235,6 +237,22 @@ TEST(SecurityTransport, RevokedKeyIsRefusedOnItsNextHandshake) {
   expect_only_marker_arrives(context, server, keys.client, keys.server);
 }
 
+TEST(SecurityTransport, GarbageOverRawTcpIsRefused) {
+  // libzmq reports no handshake event for bytes that are no ZMTP 3 greeting:
+  // the connection is accepted and dropped, and the monitor's ledger finds it.
+  const Cluster keys;
+  zmq::context_t context;
+  st::ZapHandler zap(context, kDomain, {keys.client.public_key});
+  Server server(context, keys.server);
+  ASSERT_TRUE(swarmflow::testing::send_raw_tcp(server.endpoint(), swarmflow::testing::garbage_bytes(1)));
+
+  ASSERT_TRUE(server.pump_until([&] { return server.monitor().failed_greeting() > 0; }));
+  EXPECT_EQ(server.monitor().refused(), server.monitor().failed_greeting());
+  EXPECT_EQ(zap.refused(), 0u);
+  expect_only_marker_arrives(context, server, keys.client, keys.server);
+  EXPECT_EQ(server.monitor().failed_greeting(), 1u);  // the admitted client is not counted
+}
+
 TEST(SecurityTransport, WithoutZapHandlerEveryoneIsRefused) {
   // Fail closed: no handler on the context, and ZMQ_ZAP_ENFORCE_DOMAIN makes
   // libzmq refuse rather than admit any key (its default).
@@ -309,6 +327,94 @@ TEST(SecurityTransport, CurveSetupRefusesBadKeysAndEmptyDomain) {
   // 32 characters: cppzmq would pass them to libzmq as a binary key.
   EXPECT_THROW(st::make_curve_client(client, good, std::string(32, 'a')), std::invalid_argument);
   EXPECT_THROW(st::make_curve_client(client, good, std::string(40, '~')), std::invalid_argument);
+}
+
+// -- the handshake ledger ------------------------------------------------------
+
+namespace {
+
+using LedgerClock = st::HandshakeLedger::Clock;
+constexpr auto kLimit = std::chrono::seconds(3);
+
+}  // namespace
+
+TEST(HandshakeLedger, ConnectionWithAResultIsNotSilent) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(7, t0);
+  ledger.result();  // succeeded or failed: counted by its own event
+  EXPECT_EQ(ledger.disconnected(7), 0u);
+  EXPECT_EQ(ledger.unsettled(), 0u);
+}
+
+TEST(HandshakeLedger, ConnectionClosedWithoutAResultIsSilent) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(7, t0);
+  EXPECT_EQ(ledger.disconnected(7), 1u);
+  EXPECT_EQ(ledger.disconnected(7), 0u);  // counted once
+  EXPECT_EQ(ledger.unsettled(), 0u);
+}
+
+TEST(HandshakeLedger, AdmittedConnectionStaysOutOfLaterCounts) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(5, t0);
+  ledger.result();
+  ledger.accepted(6, t0);  // garbage while 5 stays connected
+  EXPECT_EQ(ledger.disconnected(6), 1u);
+  ledger.accepted(6, t0);  // the descriptor is used again
+  ledger.result();
+  EXPECT_EQ(ledger.disconnected(6), 0u);
+  EXPECT_EQ(ledger.disconnected(5), 0u);
+}
+
+TEST(HandshakeLedger, OverlapIsSettledWhenEveryCandidateHasClosed) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(5, t0);
+  ledger.accepted(6, t0);
+  ledger.result();  // 5's or 6's
+  EXPECT_EQ(ledger.disconnected(6), 0u);  // not known yet
+  EXPECT_EQ(ledger.disconnected(5), 1u);  // two closed, one result: one was silent
+  EXPECT_EQ(ledger.unsettled(), 0u);
+}
+
+TEST(HandshakeLedger, OverlapIsSettledWhenEveryCandidateHasAResult) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(5, t0);
+  ledger.accepted(6, t0);
+  ledger.result();
+  EXPECT_EQ(ledger.disconnected(6), 0u);
+  ledger.result();  // 5's: so the first was 6's
+  EXPECT_EQ(ledger.unsettled(), 0u);
+  EXPECT_EQ(ledger.disconnected(5), 0u);
+}
+
+TEST(HandshakeLedger, OverlapIsSettledByTheHandshakeLimit) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(kLimit);
+  ledger.accepted(5, t0);
+  ledger.accepted(6, t0);
+  ledger.result();  // 5 is admitted and stays; 6 sent garbage
+  EXPECT_EQ(ledger.disconnected(6), 0u);
+  EXPECT_EQ(ledger.expire(t0 + kLimit - std::chrono::milliseconds(1)), 0u);
+  // 5 is still open past the limit, so the result was its own.
+  EXPECT_EQ(ledger.expire(t0 + kLimit), 1u);
+  EXPECT_EQ(ledger.unsettled(), 0u);
+  EXPECT_EQ(ledger.disconnected(5), 0u);
+}
+
+TEST(HandshakeLedger, WithoutALimitNothingExpires) {
+  const auto t0 = LedgerClock::time_point{};
+  st::HandshakeLedger ledger(LedgerClock::duration::zero());
+  ledger.accepted(5, t0);
+  ledger.accepted(6, t0);
+  ledger.result();
+  EXPECT_EQ(ledger.disconnected(6), 0u);
+  EXPECT_EQ(ledger.expire(t0 + std::chrono::hours(1)), 0u);
+  EXPECT_EQ(ledger.disconnected(5), 1u);
 }
 
 // -- the ZAP handler --------------------------------------------------------
