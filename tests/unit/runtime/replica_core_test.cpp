@@ -1,0 +1,389 @@
+// The replica core on a simulated clock: credits and releases, overflow,
+// retries with backoff and dead letters, join deadlines, end of stream and
+// paced sources, with every effect recorded and no actors or sleeps.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include <swarmflow/registry.hpp>
+#include <swarmflow/schema/blob_generated.h>
+
+#include "config/pipeline_spec.hpp"
+#include "graph/graph.hpp"
+#include "runtime/replica_core.hpp"
+
+namespace swarmflow::runtime {
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+/// The simulated clock every core and test stage here reads.
+std::int64_t g_now = 0;
+
+/// Forwards its input; a step takes `service_ms` of simulated time.
+class Pass final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(service_ms_, "service_ms", "simulated time per step", 0, {0.0, 1e6});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext&) override {
+    g_now += service_ms_ * kMs;
+    if (const Envelope* e = in.envelope(in_)) out.forward(out_, *e);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t service_ms_ = 0;
+};
+
+/// Throws on every envelope whose sequence number is `poison`.
+class Flaky final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(poison_, "poison", "sequence number that always fails", 0, {0.0, {}});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext&) override {
+    const Envelope* e = in.envelope(in_);
+    if (e->header().seq == static_cast<std::uint64_t>(poison_)) throw std::runtime_error("poisoned");
+    out.forward(out_, *e);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t poison_ = 0;
+};
+
+/// Joins `a` and `b` and passes `a` on; counts partial sets.
+class Pair final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    a_ = s.input<schema::Blob>("a");
+    b_ = s.input<schema::Blob>("b");
+    out_ = s.output<schema::Blob>("out");
+  }
+  Status process(Inputs& in, Outputs& out, StageContext&) override {
+    if (const Envelope* a = in.envelope(a_)) out.forward(out_, *a);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> a_;
+  InputPort<schema::Blob> b_;
+  OutputPort<schema::Blob> out_;
+};
+
+struct Recorder final : ReplicaEffects {
+  struct Sent {
+    int node, replica, edge;
+    Envelope envelope;
+  };
+  struct Ack {
+    int node, replica, edge, credits, released;
+  };
+  struct Timer {
+    int kind;
+    std::int64_t at_ns;
+  };
+  std::vector<Sent> sent;
+  std::vector<Ack> acks;
+  std::vector<std::pair<int, int>> eos;  // (replica, edge)
+  std::vector<Timer> timers;
+  bool done = false;
+  std::string failure;
+  std::vector<std::string> logs;
+
+  void deliver(int node, int replica, int edge, Envelope&& e) override {
+    sent.push_back(Sent{node, replica, edge, std::move(e)});
+  }
+  void ack(int node, int replica, int edge, int credits, int released, double) override {
+    acks.push_back(Ack{node, replica, edge, credits, released});
+  }
+  void end_of_stream(int, int replica, int edge) override { eos.emplace_back(replica, edge); }
+  void schedule(int kind, std::int64_t at_ns) override { timers.push_back(Timer{kind, at_ns}); }
+  void finished() override { done = true; }
+  void failed(const std::string& message) override { failure = message; }
+  void log(const std::string& line) override { logs.push_back(line); }
+
+  int credits_returned() const {
+    int n = 0;
+    for (const auto& a : acks) n += a.credits;
+    return n;
+  }
+  int released() const {
+    int n = 0;
+    for (const auto& a : acks) n += a.released;
+    return n;
+  }
+};
+
+/// A loaded pipeline with the statistics one replica of each stage needs.
+struct Harness {
+  Registry registry;
+  std::optional<config::PipelineSpec> spec;
+  graph::Graph graph;
+  std::vector<std::unique_ptr<ReplicaStats>> stats;
+  std::vector<std::unique_ptr<EdgeSideStats>> in_stats;
+  std::vector<std::unique_ptr<EdgeSideStats>> out_stats;
+  std::vector<std::vector<Runtime::Subscriber>> subscribers;
+  std::atomic<bool> stop{false};
+  Recorder effects;
+  std::unique_ptr<ReplicaCore> core;
+
+  explicit Harness(const std::string& yaml, const std::string& stage) {
+    g_now = 1000 * kMs;
+    register_builtin_stages(registry);
+    EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
+    EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
+    EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
+    std::vector<Diagnostic> diags;
+    spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
+    EXPECT_TRUE(spec.has_value()) << format_diagnostics(diags);
+    if (!spec) return;
+    graph = graph::Graph::build(*spec, registry);
+    const int node = graph.find(stage);
+    EXPECT_GE(node, 0);
+    ReplicaSetup s;
+    s.graph = &graph;
+    s.registry = &registry;
+    s.node = node;
+    s.replica = 0;
+    stats.push_back(std::make_unique<ReplicaStats>());
+    s.stats = stats.back().get();
+    s.in_stats.assign(graph.edges.size(), nullptr);
+    s.out_stats.assign(graph.edges.size(), nullptr);
+    for (const auto& e : graph.edges) {
+      in_stats.push_back(std::make_unique<EdgeSideStats>());
+      out_stats.push_back(std::make_unique<EdgeSideStats>());
+      s.in_stats[static_cast<std::size_t>(e.id)] = in_stats.back().get();
+      s.out_stats[static_cast<std::size_t>(e.id)] = out_stats.back().get();
+    }
+    subscribers.resize(graph.nodes[static_cast<std::size_t>(node)].spec.outputs().size());
+    s.subscribers = &subscribers;
+    s.stop_requested = &stop;
+    s.clock = [] { return g_now; };
+    core = std::make_unique<ReplicaCore>(std::move(s), effects);
+  }
+
+  int edge(const std::string& from, const std::string& to) const {
+    for (const auto& e : graph.edges) {
+      if (graph.from_name(e) == from && graph.to_name(e) == to) return e.id;
+    }
+    return -1;
+  }
+};
+
+Envelope blob(std::uint64_t seq, std::uint64_t stream = 0) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(schema::CreateBlob(fbb, stream, seq), schema::BlobIdentifier());
+  EnvelopeHeader h;
+  h.stream = stream;
+  h.seq = seq;
+  h.capture_ns = g_now;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+const std::string kChain =
+    "pipeline: core\nstages:\n"
+    "  - {id: src, type: sim.source}\n"
+    "  - {id: mid, type: test.pass, inputs: {in: src/out}, queue: {capacity: 4}}\n"
+    "  - {id: sink, type: sim.sink, inputs: {in: mid/out}, queue: {capacity: 2, overflow: OVERFLOW}}\n";
+
+std::string chain(const std::string& overflow) {
+  std::string s = kChain;
+  s.replace(s.find("OVERFLOW"), 8, overflow);
+  return s;
+}
+
+TEST(ReplicaCore, CreditsReturnInBatchesAndReleasesWaitForTheOutputsToLeave) {
+  Harness h(chain("drop_oldest"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  h.core->deliver(in, 0, blob(0));
+  EXPECT_EQ(h.effects.sent.size(), 1U);
+  EXPECT_TRUE(h.effects.acks.empty());  // threshold is half the capacity: 2
+  h.core->deliver(in, 0, blob(1));
+  ASSERT_EQ(h.effects.acks.size(), 1U);
+  EXPECT_EQ(h.effects.acks[0].credits, 2);
+  EXPECT_EQ(h.effects.acks[0].released, 2);  // both outputs left: released with the credits
+  // The sink has no credit left: the next two outputs wait in the router.
+  h.core->deliver(in, 0, blob(2));
+  h.core->deliver(in, 0, blob(3));
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  ASSERT_EQ(h.effects.acks.size(), 2U);
+  EXPECT_EQ(h.effects.acks[1].credits, 2);
+  EXPECT_EQ(h.effects.acks[1].released, 0);  // held: their outputs still wait
+  EXPECT_EQ(h.core->unreleased(), 2U);
+  // The sink returns its credits: the waiting outputs go, and their inputs
+  // are released on their own, without waiting for more credits.
+  h.core->ack(out, 0, 2, 2, 0);
+  EXPECT_EQ(h.effects.sent.size(), 4U);
+  ASSERT_EQ(h.effects.acks.size(), 3U);
+  EXPECT_EQ(h.effects.acks[2].credits, 0);
+  EXPECT_EQ(h.effects.acks[2].released, 2);
+  EXPECT_EQ(h.core->unreleased(), 0U);
+  for (std::size_t i = 0; i < h.effects.sent.size(); ++i) EXPECT_EQ(h.effects.sent[i].envelope.header().seq, i);
+}
+
+TEST(ReplicaCore, DropOldestDropsAtTheProducerAndReleasesWhatItDropped) {
+  Harness h(chain("drop_oldest"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  for (std::uint64_t seq = 0; seq < 8; ++seq) h.core->deliver(in, 0, blob(seq));
+  // 2 sent against the sink's credits, 2 wait (its capacity), 4 dropped oldest first.
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.core->router(out)->waiting(), 2U);
+  EXPECT_EQ(h.out_stats[static_cast<std::size_t>(out)]->dropped.load(), 4U);
+  EXPECT_EQ(h.effects.credits_returned(), 8);
+  h.core->ack(out, 0, 2, 2, 0);
+  ASSERT_EQ(h.effects.sent.size(), 4U);
+  EXPECT_EQ(h.effects.sent[2].envelope.header().seq, 6U);  // the freshest two got through
+  EXPECT_EQ(h.effects.sent[3].envelope.header().seq, 7U);
+  EXPECT_EQ(h.effects.released(), 8);
+}
+
+TEST(ReplicaCore, BlockStopsTakingInputUntilTheOutputLeaves) {
+  Harness h(chain("block"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  std::vector<Envelope> batch;
+  for (std::uint64_t seq = 0; seq < 4; ++seq) batch.push_back(blob(seq));
+  h.core->deliver(in, 0, batch);
+  // Two sent, the third waits, the fourth stays queued, unprocessed.
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.core->queued(), 1U);
+  EXPECT_EQ(h.stats[0]->processed.load(), 3U);
+  h.core->ack(out, 0, 2, 2, 0);
+  EXPECT_EQ(h.effects.sent.size(), 4U);
+  EXPECT_EQ(h.core->queued(), 0U);
+  EXPECT_EQ(h.out_stats[static_cast<std::size_t>(out)]->dropped.load(), 0U);
+}
+
+TEST(ReplicaCore, AFailingEnvelopeIsRetriedWithDoublingBackoffThenDeadLettered) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.flaky, inputs: {in: src/out}, params: {poison: 0}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(in, 0, blob(0));
+  h.core->deliver(in, 0, blob(1));
+  ASSERT_EQ(h.effects.timers.size(), 1U);
+  EXPECT_EQ(h.effects.timers[0].kind, ReplicaCore::kResume);
+  EXPECT_EQ(h.effects.timers[0].at_ns, t0 + 1 * kMs);
+  EXPECT_TRUE(h.effects.sent.empty());  // seq 1 waits behind the retried one
+  g_now = h.effects.timers.back().at_ns;
+  h.core->tick(ReplicaCore::kResume);
+  ASSERT_EQ(h.effects.timers.size(), 2U);
+  EXPECT_EQ(h.effects.timers[1].at_ns, g_now + 2 * kMs);
+  g_now = h.effects.timers.back().at_ns;
+  h.core->tick(ReplicaCore::kResume);
+  // Third failure: a dead letter; the stage is restarted once more and the
+  // next envelope waits out one more backoff.
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 1U);
+  EXPECT_EQ(h.stats[0]->errors.load(), 3U);
+  EXPECT_EQ(h.stats[0]->restarts.load(), 3U);
+  ASSERT_EQ(h.effects.timers.size(), 3U);
+  g_now = h.effects.timers.back().at_ns;
+  h.core->tick(ReplicaCore::kResume);
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 1U);
+  h.core->end_of_stream(in, 0);
+  EXPECT_TRUE(h.effects.done);
+  EXPECT_EQ(h.effects.credits_returned(), 2);  // the dead letter's credit came back too
+  EXPECT_EQ(h.effects.released(), 2);
+  EXPECT_TRUE(h.effects.failure.empty());
+}
+
+TEST(ReplicaCore, AnIncompleteJoinExpiresAtItsDeadlineOnTheSimulatedClock) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: a, type: sim.source}\n"
+            "  - {id: b, type: sim.source}\n"
+            "  - {id: pair, type: test.pair, inputs: {a: a/out, b: b/out}, join: {key: seq, timeout_ms: 50}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: pair/out}}\n",
+            "pair");
+  const int ea = h.edge("a/out", "pair/a");
+  const int eb = h.edge("b/out", "pair/b");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(ea, 0, blob(0));
+  h.core->deliver(ea, 0, blob(1));
+  h.core->deliver(eb, 0, blob(1));  // completes seq 1
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 1U);
+  // seq 0 holds the releases of everything after it.
+  EXPECT_EQ(h.effects.released(), 0);
+  ASSERT_FALSE(h.effects.timers.empty());
+  EXPECT_EQ(h.effects.timers[0].kind, ReplicaCore::kJoin);
+  g_now = t0 + 49 * kMs;
+  h.core->tick(ReplicaCore::kJoin);
+  EXPECT_EQ(h.effects.sent.size(), 1U);  // not due yet
+  g_now = t0 + 50 * kMs;
+  h.core->tick(ReplicaCore::kJoin);
+  ASSERT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().seq, 0U);
+  EXPECT_EQ(h.stats[0]->counter("join_partial").load(), 1);
+  EXPECT_EQ(h.stats[0]->counter("join_complete").load(), 1);
+  h.core->end_of_stream(ea, 0);
+  h.core->end_of_stream(eb, 0);
+  EXPECT_TRUE(h.effects.done);
+  EXPECT_EQ(h.effects.released(), 3);
+}
+
+TEST(ReplicaCore, EndOfStreamWaitsForWaitingOutputsThenPassesTheMarkOn) {
+  Harness h(chain("block"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  for (std::uint64_t seq = 0; seq < 3; ++seq) h.core->deliver(in, 0, blob(seq));
+  h.core->end_of_stream(in, 0);
+  EXPECT_FALSE(h.effects.done);
+  EXPECT_TRUE(h.effects.eos.empty());
+  h.core->ack(out, 0, 2, 2, 0);
+  EXPECT_TRUE(h.effects.done);
+  ASSERT_EQ(h.effects.eos.size(), 1U);
+  EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
+  EXPECT_EQ(h.effects.credits_returned(), 3);
+  EXPECT_EQ(h.effects.released(), 3);
+}
+
+TEST(ReplicaCore, APacedSourceAsksToBeCalledWhenItsNextEnvelopeIsDue) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source, params: {count: 3, rate_hz: 100}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: src/out}}\n",
+            "src");
+  const std::int64_t t0 = g_now;
+  h.core->start();
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  ASSERT_EQ(h.effects.timers.size(), 1U);
+  EXPECT_EQ(h.effects.timers[0].kind, ReplicaCore::kPull);
+  EXPECT_EQ(h.effects.timers[0].at_ns, t0 + 10 * kMs);
+  g_now = t0 + 10 * kMs;
+  h.core->tick(ReplicaCore::kPull);
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  g_now = t0 + 20 * kMs;
+  h.core->tick(ReplicaCore::kPull);
+  EXPECT_EQ(h.effects.sent.size(), 3U);
+  g_now = t0 + 30 * kMs;
+  h.core->tick(ReplicaCore::kPull);
+  EXPECT_TRUE(h.effects.done);
+  EXPECT_EQ(h.effects.eos.size(), 1U);
+}
+
+}  // namespace
+}  // namespace swarmflow::runtime
