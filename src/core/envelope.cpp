@@ -1,5 +1,6 @@
 #include <swarmflow/envelope.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,8 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+
+#include "core/small_block_cache.hpp"
 
 namespace swarmflow {
 
@@ -103,10 +106,18 @@ void* allocate_small(std::size_t size) {
   return ::operator new(size);
 }
 
+/// Small blocks freed after their thread's cache was gone (small_block_cache.hpp).
+std::atomic<std::uint64_t> g_freed_after_cache{0};
+
 void free_small(void* block, std::size_t size) {
   if (block == nullptr) return;
   if (size <= SmallBlockCache::kMaxBlockBytes) {
-    if (SmallBlockCache* c = small_blocks(); c != nullptr && c->keep(block, size)) return;
+    SmallBlockCache* c = small_blocks();
+    if (c == nullptr) {
+      g_freed_after_cache.fetch_add(1, std::memory_order_relaxed);
+    } else if (c->keep(block, size)) {
+      return;
+    }
   }
   ::operator delete(block);
 }
@@ -232,6 +243,10 @@ class PooledAllocator final : public flatbuffers::Allocator {
 };
 
 }  // namespace
+
+std::uint64_t small_blocks_freed_after_thread_cache() {
+  return g_freed_after_cache.load(std::memory_order_relaxed);
+}
 
 flatbuffers::Allocator& payload_allocator() {
   // Never destroyed: payloads that outlive static destruction still free into it.

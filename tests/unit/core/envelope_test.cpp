@@ -12,6 +12,8 @@
 #include <swarmflow/envelope.hpp>
 #include <swarmflow/schema/blob_generated.h>
 
+#include "core/small_block_cache.hpp"
+
 namespace swarmflow {
 namespace {
 
@@ -161,14 +163,46 @@ TEST(PayloadAllocator, ReusesSmallBlocksFreedOnTheSameThread) {
 thread_local PayloadPtr t_kept;
 
 TEST(PayloadAllocator, APayloadFreedAfterItsThreadsCacheIsGoneGoesToTheHeap) {
-  std::thread t([] {
+  const std::uint64_t before = small_blocks_freed_after_thread_cache();
+  bool reused = false;
+  std::thread t([&] {
     t_kept.reset();  // constructed first, so destroyed after the cache
     PayloadPtr made = make_small(1);
+    const void* buffer = made->data();
+    const void* payload = made.get();
     made.reset();  // the cache now exists and holds its blocks
     t_kept = make_small(2);
+    // t_kept's two blocks (its buffer and its Payload) are the ones the
+    // cache just held: they are of the sizes it keeps.
+    reused = t_kept->data() == buffer && t_kept.get() == payload;
   });
-  t.join();  // t_kept is freed at the thread's exit, after the cache: no use of it
-  SUCCEED();
+  t.join();  // t_kept is freed at the thread's exit, after the cache
+  EXPECT_TRUE(reused);
+  EXPECT_EQ(small_blocks_freed_after_thread_cache() - before, 2U)
+      << "t_kept's buffer and Payload, freed after the cache, go to the heap";
+  // Nothing was written into the destroyed cache: another thread's cache,
+  // and this one's, still hand out sound payloads and reuse their blocks.
+  for (int round = 0; round < 2; ++round) {
+    auto check = [] {
+      std::vector<PayloadPtr> kept;
+      for (std::uint64_t i = 1; i <= 50; ++i) kept.push_back(make_small(i));
+      kept.clear();
+      for (std::uint64_t i = 1; i <= 50; ++i) {
+        PayloadPtr p = make_small(i + 50);
+        ASSERT_EQ(p->root<schema::Blob>()->seq(), i + 50);
+        ASSERT_EQ(p->root<schema::Blob>()->data()->Get(63), static_cast<std::uint8_t>(i + 50));
+        kept.push_back(std::move(p));
+      }
+    };
+    if (round == 0) {
+      std::thread other(check);
+      other.join();
+    } else {
+      check();
+    }
+  }
+  EXPECT_EQ(small_blocks_freed_after_thread_cache() - before, 2U)
+      << "threads whose cache outlives their payloads free nothing past it";
 }
 
 /// Minor page faults of the calling thread so far.

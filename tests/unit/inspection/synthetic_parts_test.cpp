@@ -1,13 +1,11 @@
 // The synthetic inspection camera: determinism, the pairing of a station's
-// two cameras, ground truth as JSON, URIs, and the cost of a 1080p frame.
+// two cameras, ground truth as JSON, URIs, and what a 1080p frame shows.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -199,21 +197,123 @@ TEST(SyntheticParts, VariantsAreTheInspectionDrawings) {
   }
 }
 
-TEST(SyntheticParts, RendersA1080pFrame) {
+/// The median of `values` (which it reorders); 0 for none.
+int median(std::vector<int>& values) {
+  if (values.empty()) return 0;
+  auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
+TEST(SyntheticParts, RendersA1080pFrameOfThePlateItsTruthDescribes) {
   SyntheticPartsConfig c;  // the documented camera: 1920x1080 at 0.1 mm/px
   const SyntheticParts camera(c);
-  const std::size_t stride = 1920 * 3;
-  std::vector<std::uint8_t> pixels(stride * 1080);
-  constexpr int kFrames = 20;
-  camera.render(0, pixels.data(), stride);  // warm
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 1; i <= kFrames; ++i) {
-    const PartTruth t = camera.render(static_cast<std::uint64_t>(i), pixels.data(), stride);
-    ASSERT_GT(t.width_mm, 0);
+  constexpr int kW = 1920;
+  constexpr int kH = 1080;
+  const std::size_t stride = kW * 3;
+  const auto& variants = video::synthetic_part_variants();
+  std::map<std::string, int> variants_seen;
+  // The first frames, and the first with a missing hole.
+  std::vector<std::uint64_t> frames = {0, 1, 2, 3, 4, 5};
+  for (std::uint64_t index = 6; index < 200 && frames.size() == 6; ++index) {
+    const PartTruth t = camera.truth(index);
+    if (std::any_of(t.holes.begin(), t.holes.end(), [](const video::HoleTruth& h) { return h.missing; })) {
+      frames.push_back(index);
+    }
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // Reported, not asserted: speed belongs to benchmarks.
-  std::cout << "[synthetic camera] 1920x1080 render: " << ms / kFrames << " ms/frame\n";
+  ASSERT_EQ(frames.size(), 7U) << "no missing hole in 200 frames";
+  for (std::uint64_t index : frames) {
+    SCOPED_TRACE("frame " + std::to_string(index));
+    // Filled with a colour the camera, which is grey, never writes: a pixel
+    // left unwritten shows.
+    std::vector<std::uint8_t> pixels(stride * kH);
+    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = i % 3 == 0 ? 1 : 200;
+    const PartTruth t = camera.render(index, pixels.data(), stride);
+    EXPECT_EQ(video::to_json(t), video::to_json(camera.truth(index)));
+    EXPECT_EQ(t.frame_index, index);
+    EXPECT_EQ(t.station, 0);
+    EXPECT_EQ(t.camera, 0);
+    EXPECT_EQ(t.part_id, video::synthetic_part_id(0, index));
+    EXPECT_DOUBLE_EQ(t.mm_per_px, 0.1);
+    const auto variant = std::find_if(variants.begin(), variants.end(),
+                                      [&](const video::PartVariant& v) { return v.name == t.variant; });
+    ASSERT_NE(variant, variants.end()) << t.variant;
+    ++variants_seen[t.variant];
+    EXPECT_NEAR(t.width_mm, variant->width_mm, 0.5);
+    EXPECT_NEAR(t.height_mm, variant->height_mm, 0.5);
+    ASSERT_EQ(t.holes.size(), variant->holes.size());
+
+    std::size_t not_grey = 0;
+    for (std::size_t i = 0; i < pixels.size(); i += 3) {
+      not_grey += pixels[i] != pixels[i + 1] || pixels[i] != pixels[i + 2] ? 1 : 0;
+    }
+    EXPECT_EQ(not_grey, 0U) << "pixels left unwritten, or not grey";
+
+    // Where the truth puts the plate, in pixels: a point (u, v) mm in the
+    // plate's own frame is at centre + R(angle) (u, v) / mm_per_px.
+    const double a = t.angle_deg * 3.14159265358979 / 180.0;
+    const double ca = std::cos(a), sa = std::sin(a), scale = 1.0 / t.mm_per_px;
+    auto grey_at = [&](double u_mm, double v_mm) {
+      const long x = std::lround(t.centre_x_px + (u_mm * ca - v_mm * sa) * scale);
+      const long y = std::lround(t.centre_y_px + (u_mm * sa + v_mm * ca) * scale);
+      if (x < 0 || y < 0 || x >= kW || y >= kH) return -1;
+      return static_cast<int>(pixels[static_cast<std::size_t>(y) * stride + static_cast<std::size_t>(x) * 3]);
+    };
+    const double hw = t.width_mm / 2, hh = t.height_mm / 2;
+    // The plate lies wholly in the frame.
+    for (double u : {-hw, hw}) {
+      for (double v : {-hh, hh}) EXPECT_GE(grey_at(u, v), 0) << "corner (" << u << ", " << v << ") outside";
+    }
+    // Its metal, away from the edges and holes, against the belt around it.
+    std::vector<int> metal;
+    for (double u = -hw + 3; u <= hw - 3; u += 1.5) {
+      for (double v = -hh + 3; v <= hh - 3; v += 1.5) {
+        bool near_hole = false;
+        for (const auto& h : t.holes) {
+          near_hole = near_hole || std::hypot(u - h.x_mm, v - h.y_mm) < h.diameter_mm / 2 + 2;
+        }
+        if (!near_hole) metal.push_back(grey_at(u, v));
+      }
+    }
+    std::vector<int> belt;
+    for (double u = -hw - 40; u <= hw + 40; u += 2) {
+      for (double v = -hh - 30; v <= hh + 30; v += 2) {
+        if (std::abs(u) < hw + 3 && std::abs(v) < hh + 3) continue;
+        if (const int g = grey_at(u, v); g >= 0) belt.push_back(g);
+      }
+    }
+    ASSERT_GT(metal.size(), 1000U);
+    ASSERT_GT(belt.size(), 1000U);
+    const int metal_grey = median(metal);
+    const int belt_grey = median(belt);
+    EXPECT_GT(metal_grey, belt_grey + 60) << "the plate does not stand out from the belt";
+    // Drilled holes show the belt; a missing one shows metal.
+    const int between = (metal_grey + belt_grey) / 2;
+    for (const auto& h : t.holes) {
+      std::vector<int> inside;
+      const double r = h.diameter_mm / 2 - 1;
+      for (double du = -r; du <= r; du += 0.5) {
+        for (double dv = -r; dv <= r; dv += 0.5) {
+          if (std::hypot(du, dv) <= r) inside.push_back(grey_at(h.x_mm + du, h.y_mm + dv));
+        }
+      }
+      if (h.missing) {
+        EXPECT_GT(median(inside), between) << "missing hole at (" << h.x_mm << ", " << h.y_mm << ")";
+      } else {
+        EXPECT_LT(median(inside), between) << "hole at (" << h.x_mm << ", " << h.y_mm << ")";
+      }
+    }
+  }
+  EXPECT_GE(variants_seen.size(), 2U) << "every part of one variant";
+
+  // The same seed renders the same bytes, in another instance too; the next
+  // frame differs.
+  std::vector<std::uint8_t> one(stride * kH), two(stride * kH), next(stride * kH);
+  camera.render(3, one.data(), stride);
+  SyntheticParts(c).render(3, two.data(), stride);
+  camera.render(4, next.data(), stride);
+  EXPECT_TRUE(one == two);
+  EXPECT_FALSE(one == next);
 }
 
 }  // namespace

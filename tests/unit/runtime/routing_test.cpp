@@ -26,35 +26,76 @@ Envelope sized(std::uint64_t stream, std::uint64_t seq, std::size_t bytes) {
   return Envelope(h, Payload::copy_of(std::vector<std::uint8_t>(bytes).data(), bytes));
 }
 
-TEST(ConsistentHashRing, SameStreamSameReplica) {
-  ConsistentHashRing ring(4);
-  for (std::uint64_t s = 0; s < 100; ++s) EXPECT_EQ(ring.replica_for(s), ring.replica_for(s));
-}
-
-TEST(ConsistentHashRing, SpreadsStreamsOverAllReplicas) {
-  ConsistentHashRing ring(4);
-  std::map<int, int> counts;
-  for (std::uint64_t s = 0; s < 4000; ++s) ++counts[ring.replica_for(s)];
-  ASSERT_EQ(counts.size(), 4U);
-  for (const auto& [r, n] : counts) {
-    EXPECT_GT(n, 500) << "replica " << r;
-    EXPECT_LT(n, 1500) << "replica " << r;
+// Every producer replica, in every unit process, builds its own ring: two
+// rings built apart must send a stream to the same replica, and the mapping
+// must be a fixed function of (replicas, stream), the same in every build.
+TEST(ConsistentHashRing, RingsBuiltApartAgreeAndTheMappingIsFixed) {
+  for (int replicas = 1; replicas <= 8; ++replicas) {
+    const ConsistentHashRing a(replicas);
+    const ConsistentHashRing b(replicas);
+    int disagree = 0;
+    int out_of_range = 0;
+    for (std::uint64_t s = 0; s < 2000; ++s) {
+      const int r = a.replica_for(s);
+      disagree += r != b.replica_for(s) ? 1 : 0;
+      out_of_range += r < 0 || r >= replicas ? 1 : 0;
+    }
+    EXPECT_EQ(disagree, 0) << replicas << " replicas";
+    EXPECT_EQ(out_of_range, 0) << replicas << " replicas";
   }
+  // Large and arbitrary keys (part ids, hashed ids) stay in range too.
+  const ConsistentHashRing ring(3);
+  for (std::uint64_t s : {~0ULL, ~0ULL - 1, 1ULL << 63, 0x5f3759df5f3759dfULL, 3'000'017ULL}) {
+    EXPECT_GE(ring.replica_for(s), 0);
+    EXPECT_LT(ring.replica_for(s), 3);
+  }
+  // Pinned values: a change of the hash or of the ring's layout moves
+  // streams between processes built from different versions.
+  const ConsistentHashRing four(4);
+  std::vector<int> first;
+  for (std::uint64_t s = 0; s < 16; ++s) first.push_back(four.replica_for(s));
+  EXPECT_EQ(first, (std::vector<int>{3, 0, 3, 2, 2, 3, 2, 1, 0, 0, 1, 2, 0, 1, 1, 3}));
+  EXPECT_EQ(mix64(0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(mix64(1), 0x910a2dec89025cc1ULL);
 }
 
-TEST(ConsistentHashRing, AddingAReplicaMovesFewStreams) {
-  ConsistentHashRing four(4);
-  ConsistentHashRing five(5);
-  int moved = 0;
-  for (std::uint64_t s = 0; s < 5000; ++s) {
-    const int a = four.replica_for(s);
-    const int b = five.replica_for(s);
-    if (a != b) {
-      ++moved;
-      EXPECT_EQ(b, 4) << "a stream moved between two old replicas";
+TEST(ConsistentHashRing, EveryReplicaGetsAFairShare) {
+  for (int replicas = 2; replicas <= 8; ++replicas) {
+    const ConsistentHashRing ring(replicas);
+    constexpr int kStreams = 20000;
+    std::vector<int> counts(static_cast<std::size_t>(replicas), 0);
+    for (std::uint64_t s = 0; s < kStreams; ++s) ++counts[static_cast<std::size_t>(ring.replica_for(s))];
+    const int fair = kStreams / replicas;
+    for (int r = 0; r < replicas; ++r) {
+      // 64 points a replica: shares within a factor of about 1.5 of fair.
+      EXPECT_GT(counts[static_cast<std::size_t>(r)], fair * 2 / 3) << r << " of " << replicas;
+      EXPECT_LT(counts[static_cast<std::size_t>(r)], fair * 3 / 2) << r << " of " << replicas;
     }
   }
-  EXPECT_LT(moved, 5000 * 2 / 5);
+}
+
+TEST(ConsistentHashRing, AddingAReplicaMovesAboutOneInNOnlyToTheNewOne) {
+  for (int n = 1; n <= 8; ++n) {
+    const ConsistentHashRing before(n);
+    const ConsistentHashRing after(n + 1);
+    constexpr int kStreams = 20000;
+    int moved = 0;
+    int between_old = 0;
+    for (std::uint64_t s = 0; s < kStreams; ++s) {
+      const int a = before.replica_for(s);
+      const int b = after.replica_for(s);
+      if (a != b) {
+        ++moved;
+        between_old += b != n ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(between_old, 0) << "streams moved between two old replicas, " << n << " -> " << n + 1;
+    // The new replica takes about 1/(n+1) of the streams: some, and not much
+    // more than its share.
+    const int share = kStreams / (n + 1);
+    EXPECT_GT(moved, share / 2) << n << " -> " << n + 1;
+    EXPECT_LT(moved, share * 3 / 2) << n << " -> " << n + 1;
+  }
 }
 
 TEST(PickLeastDelay, PrefersShorterExpectedDelay) {

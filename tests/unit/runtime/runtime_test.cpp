@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -165,16 +167,92 @@ TEST(Runtime, KeyedEdgeKeepsPerStreamOrderAcrossReplicas) {
   expect_conservation(r);
 }
 
+/// A worker that counts what each of its replicas processed, in counters
+/// named `by_replica_N` (the report sums counters by name, so each replica's
+/// stays apart). Replica 0 holds its first envelope until replica 1 has
+/// processed `hold_until` envelopes: one replica alone cannot finish the
+/// run, whatever the timing, so a router that spreads work must send the
+/// rest to replica 1 meanwhile.
+class HeldBackWorker final : public Stage {
+ public:
+  static std::mutex mutex;
+  static std::condition_variable changed;
+  static std::int64_t done_by_replica_1;
+
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(hold_until_, "hold_until", "envelopes replica 1 processes before replica 0 goes on", 0, {0.0, 1e9});
+  }
+  Status start(StageContext& ctx) override {
+    mine_ = &ctx.counter("by_replica_" + std::to_string(ctx.replica()));
+    gave_up_ = &ctx.counter("gave_up");
+    return {};
+  }
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override {
+    const Envelope* e = in.envelope(in_);
+    if (e == nullptr) return {};
+    if (ctx.replica() == 0 && !held_) {
+      held_ = true;
+      std::unique_lock<std::mutex> lock(mutex);
+      // Only a guard against hanging when the router is broken: a working
+      // one lets replica 1 get there long before. Not a check of speed.
+      if (!changed.wait_for(lock, std::chrono::seconds(60), [&] { return done_by_replica_1 >= hold_until_; })) {
+        ++*gave_up_;
+      }
+    }
+    ++*mine_;
+    if (ctx.replica() == 1) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++done_by_replica_1;
+      changed.notify_all();
+    }
+    out.forward(out_, *e);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t hold_until_ = 0;
+  bool held_ = false;
+  std::atomic<std::int64_t>* mine_ = nullptr;
+  std::atomic<std::int64_t>* gave_up_ = nullptr;
+};
+std::mutex HeldBackWorker::mutex;
+std::condition_variable HeldBackWorker::changed;
+std::int64_t HeldBackWorker::done_by_replica_1 = 0;
+
 TEST(Runtime, RoutingSpreadsWorkOverReplicas) {
+  HeldBackWorker::done_by_replica_1 = 0;
   Runtime rt;
-  ASSERT_TRUE(rt.load_string(chain("count: 1000, streams: 1", ", replicas: 2, params: {service_us: 100}", ""),
-                             "t.yaml")
-                  .ok());
+  ASSERT_TRUE(rt.registry().add<HeldBackWorker>("test.held_back_worker", "counts by replica").ok());
+  // Replica 0 takes at most `capacity` (4) envelopes before it returns credit,
+  // and it returns none while it holds its first: the other 996 can only go
+  // to replica 1, which must process 500 of them before replica 0 goes on.
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string("pipeline: spread\nstages:\n"
+                             "  - {id: src, type: sim.source, params: {count: 1000, streams: 1}}\n"
+                             "  - {id: work, type: test.held_back_worker, replicas: 2, inputs: {in: src/out},\n"
+                             "     params: {hold_until: 500}, queue: {capacity: 4, overflow: block}}\n"
+                             "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n",
+                             "t.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
   ASSERT_TRUE(rt.run().ok());
   RunReport r = rt.report();
-  EXPECT_EQ(r.stage("work")->processed, 1000U);
+  const StageReport* work = r.stage("work");
+  ASSERT_NE(work, nullptr);
+  EXPECT_EQ(work->processed, 1000U);
+  EXPECT_EQ(counter(work, "gave_up"), 0) << "replica 1 never got 500 envelopes while replica 0 was busy";
+  const std::int64_t by_0 = counter(work, "by_replica_0");
+  const std::int64_t by_1 = counter(work, "by_replica_1");
+  EXPECT_EQ(by_0 + by_1, 1000);
+  EXPECT_GE(by_0, 1) << "replica 0 got no work";
+  EXPECT_GE(by_1, 500) << "replica 1 did not carry the run while replica 0 was busy";
   EXPECT_EQ(counter(r.stage("sink"), "received"), 1000);
   EXPECT_EQ(counter(r.stage("sink"), "lost") + counter(r.stage("sink"), "duplicate"), 0);
+  expect_conservation(r);
 }
 
 TEST(Runtime, FanOutAndFanIn) {
