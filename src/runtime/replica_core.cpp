@@ -75,7 +75,7 @@ bool ReplicaCore::stop_requested() const {
 }
 
 std::size_t ReplicaCore::unreleased() const {
-  std::size_t n = ledger_.size();
+  std::size_t n = ledger_count_;
   for (const auto& in : in_) {
     for (int r : in.releasable) n += static_cast<std::size_t>(r);
   }
@@ -487,7 +487,14 @@ void ReplicaCore::fail_permanently(const std::string& message) {
 /// Returns credit for one processed envelope of `from` on in-edge `in`.
 void ReplicaCore::acknowledge(int in_index, int from) {
   InEdge& in = in_[static_cast<std::size_t>(in_index)];
-  ledger_.push_back(Held{next_ordinal_++, in_index, from});
+  const std::uint64_t ordinal = next_ordinal_++;
+  if (!ledger_.empty() && ledger_.back().in == in_index && ledger_.back().from == from &&
+      ledger_.back().first + ledger_.back().count == ordinal) {
+    ++ledger_.back().count;
+  } else {
+    ledger_.push_back(Held{ordinal, 1, in_index, from});
+  }
+  ++ledger_count_;
   if (++in.unacked[static_cast<std::size_t>(from)] >= in.threshold) {
     settle_ledger();
     send_ack(in, from);
@@ -511,9 +518,16 @@ std::uint64_t ReplicaCore::release_frontier() const {
 void ReplicaCore::settle_ledger() {
   if (ledger_.empty()) return;
   const std::uint64_t frontier = release_frontier();
-  while (!ledger_.empty() && ledger_.front().ordinal < frontier) {
-    const Held& h = ledger_.front();
-    ++in_[static_cast<std::size_t>(h.in)].releasable[static_cast<std::size_t>(h.from)];
+  while (!ledger_.empty() && ledger_.front().first < frontier) {
+    Held& h = ledger_.front();
+    const std::uint64_t due = std::min(h.count, frontier - h.first);
+    in_[static_cast<std::size_t>(h.in)].releasable[static_cast<std::size_t>(h.from)] += static_cast<int>(due);
+    ledger_count_ -= due;
+    if (due < h.count) {
+      h.first += due;
+      h.count -= due;
+      break;
+    }
     ledger_.pop_front();
   }
 }
@@ -528,9 +542,9 @@ void ReplicaCore::flush_releases() {
   // the join may hold sets expires early (as when there are too many sets),
   // so its producers stay within their retention limit.
   const std::size_t join_holds = join_limit_ * in_.size();
-  if (!joins_.empty() && ledger_.size() > join_holds && !blocked()) {
+  if (!joins_.empty() && ledger_count_ > join_holds && !blocked()) {
     std::int64_t t = setup_.clock();
-    while (!joins_.empty() && ledger_.size() > join_holds && oldest_join_origin() <= ledger_.front().ordinal) {
+    while (!joins_.empty() && ledger_count_ > join_holds && oldest_join_origin() <= ledger_.front().first) {
       setup_.stats->counter("join_expired_early").fetch_add(1, std::memory_order_relaxed);
       expire_oldest_join(t);
       settle_ledger();

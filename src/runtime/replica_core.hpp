@@ -135,9 +135,11 @@ class ReplicaCore final : public StageContext {
     std::int64_t created_ns = 0;
     std::uint64_t origin = 0;  ///< ordinal of its first envelope: it holds the release of all from there
   };
-  /// A processed envelope whose release has not been sent.
+  /// Processed envelopes from one producer with consecutive ordinals whose
+  /// release has not been sent (a run, so a chain keeps one entry).
   struct Held {
-    std::uint64_t ordinal;
+    std::uint64_t first;  ///< ordinal of the first
+    std::uint64_t count;
     int in;    ///< index into in_
     int from;  ///< upstream replica
   };
@@ -211,6 +213,7 @@ class ReplicaCore final : public StageContext {
   RingQueue<Item> queue_;
 
   RingQueue<Held> ledger_;
+  std::size_t ledger_count_ = 0;  ///< envelopes in ledger_
   std::uint64_t next_ordinal_ = 0;
   std::uint64_t origin_ = 0;  ///< ordinal of the input whose outputs are being emitted
 

@@ -18,6 +18,7 @@ class RingQueue {
 
   T& front() { return slots_[head_]; }
   const T& front() const { return slots_[head_]; }
+  T& back() { return slots_[(head_ + size_ - 1) % slots_.size()]; }
 
   void push_back(T value) {
     if (size_ == slots_.size()) grow();

@@ -93,22 +93,10 @@ std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
   return e.header().stream;
 }
 
-bool EdgeRouter::can_take(int replica) const {
-  const auto r = static_cast<std::size_t>(replica);
-  return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_;
-}
-
-const std::vector<ReplicaView>& EdgeRouter::usable_views(bool exclude_fixed) {
-  bool any_fixed = false;
-  if (exclude_fixed) {
-    for (int n : fixed_waiting_) any_fixed = any_fixed || n > 0;
-  }
-  bool any_full = false;
-  for (const auto& flight : in_flight_) any_full = any_full || flight.size() >= retention_limit_;
-  if (!any_fixed && !any_full) return views_;
+const std::vector<ReplicaView>& EdgeRouter::restricted_views(bool exclude_fixed) {
   scratch_ = views_;
   for (std::size_t i = 0; i < scratch_.size(); ++i) {
-    if ((any_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_) scratch_[i].credits = 0;
+    if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_) scratch_[i].credits = 0;
   }
   return scratch_;
 }
@@ -128,6 +116,7 @@ bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
   ++dispatched_;
   auto& flight = in_flight_[static_cast<std::size_t>(target)];
   flight.push_back(e);
+  if (flight.size() == retention_limit_) ++full_replicas_;
   peak_retained_ = std::max(peak_retained_, flight.size());
   out.push_back(Dispatch{target, std::move(e)});
   return true;
@@ -238,7 +227,9 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
   v.credits = std::min(capacity_, v.credits + credits);
   if (service_ns > 0) v.service_ns = v.service_ns > 0 ? 0.7 * v.service_ns + 0.3 * service_ns : service_ns;
   auto& flight = in_flight_[static_cast<std::size_t>(replica)];
+  const bool was_full = flight.size() >= retention_limit_;
   for (int i = 0; i < released && !flight.empty(); ++i) flight.pop_front();
+  if (was_full && flight.size() < retention_limit_) --full_replicas_;
   // Hand waiting envelopes to whoever has credit now, oldest first. An
   // envelope fixed to a replica (keyed edges, payloads too large for other
   // units) whose replica has no credit keeps its place, and so do later ones

@@ -115,9 +115,17 @@ class EdgeRouter {
     std::uint64_t origin;
   };
   /// Has credit and room to retain one more envelope.
-  bool can_take(int replica) const;
-  /// The views with no credit where retention is full (scratch_), or views_.
-  const std::vector<ReplicaView>& usable_views(bool exclude_fixed);
+  bool can_take(int replica) const {
+    const auto r = static_cast<std::size_t>(replica);
+    return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_;
+  }
+  /// The views with no credit where retention is full or (with
+  /// `exclude_fixed`) a fixed envelope waits: scratch_, or views_ when none.
+  const std::vector<ReplicaView>& usable_views(bool exclude_fixed) {
+    const bool any_fixed = exclude_fixed && unfixed_waiting_ < static_cast<int>(waiting_.size());
+    return any_fixed || full_replicas_ > 0 ? restricted_views(any_fixed) : views_;
+  }
+  const std::vector<ReplicaView>& restricted_views(bool exclude_fixed);
   int choose(const Envelope& e);
   /// choose() among the replicas no fixed envelope waits for.
   int choose_free(const Envelope& e);
@@ -148,6 +156,7 @@ class EdgeRouter {
   int peak_outstanding_ = 0;
   std::size_t retention_limit_;
   std::size_t peak_retained_ = 0;
+  int full_replicas_ = 0;  ///< replicas with retention_limit_ envelopes retained
   std::vector<bool> remote_;  ///< by replica; empty = all in this unit
   std::size_t max_remote_payload_bytes_ = 0;
 };
