@@ -105,8 +105,15 @@ Status Crop::process(Inputs& in, Outputs& out, StageContext&) {
   }
   const cv::Mat src = view_of(*f);
   if (src.empty()) return bad_frame("vision.crop");
-  const int x = std::min(static_cast<int>(x_), src.cols - 1);
-  const int y = std::min(static_cast<int>(y_), src.rows - 1);
+  if (x_ >= src.cols || y_ >= src.rows) {
+    // Every frame of the stream will miss too: a setting that cannot work.
+    return Status::error("vision.crop: the region starts at x " + std::to_string(x_) + ", y " + std::to_string(y_) +
+                             ", outside the " + std::to_string(src.cols) + "x" + std::to_string(src.rows) +
+                             " frame; set x and y inside it",
+                         StatusCode::invalid_argument);
+  }
+  const int x = static_cast<int>(x_);
+  const int y = static_cast<int>(y_);
   const int w = std::min(width_ > 0 ? static_cast<int>(width_) : src.cols, src.cols - x);
   const int h = std::min(height_ > 0 ? static_cast<int>(height_) : src.rows, src.rows - y);
   FrameWriter writer(w, h, f->format());

@@ -17,6 +17,9 @@ constexpr int kMaxSourceFailures = 3;
 /// Source steps per event, so that acks are not starved by a busy source.
 constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+/// Envelopes given up in a row, with no success between, after which a
+/// stage counts as failing for good and fails the run.
+constexpr int kMaxDeadLetterStreak = 5;
 
 }  // namespace
 
@@ -292,6 +295,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   if (s.is_error()) return on_failure(s);
   attempts_ = 0;
   consecutive_failures_ = 0;
+  dead_letter_streak_ = 0;
   const double service = static_cast<double>(t1 - t0);
   service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
   setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
@@ -404,6 +408,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     Status s = call_process();
     t = setup_.clock();
     if (!s.is_error()) {
+      dead_letter_streak_ = 0;
       setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
       setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
@@ -419,7 +424,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       return;
     }
     if (attempt >= kMaxAttempts) {
-      setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      give_up(s);
       return;
     }
   }
@@ -441,15 +446,24 @@ bool ReplicaCore::on_failure(const Status& s) {
   setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
   log("replica " + std::to_string(setup_.replica) + " failed: " + s.message());
   ++attempts_;
-  const bool give_up = attempts_ >= kMaxAttempts;
+  const bool last_attempt = attempts_ >= kMaxAttempts;
   restart_with_backoff();
-  if (give_up) {
+  if (last_attempt) {
     // The poison envelope is gone; the next one starts with a short backoff.
     attempts_ = 0;
     consecutive_failures_ = 0;
-    setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+    give_up(s);
   }
-  return give_up;
+  return last_attempt;
+}
+
+void ReplicaCore::give_up(const Status& last) {
+  setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+  if (++dead_letter_streak_ >= kMaxDeadLetterStreak && !failed_) {
+    fail_permanently("stage '" + decl().id + "' keeps failing: " + std::to_string(dead_letter_streak_) +
+                     " envelopes in a row were given up as dead letters after " + std::to_string(kMaxAttempts) +
+                     " attempts each; the last failed with: " + last.message());
+  }
 }
 
 void ReplicaCore::restart_with_backoff() {
@@ -683,8 +697,12 @@ void ReplicaCore::pull() {
       restart_with_backoff();
       return;
     }
-    consecutive_failures_ = 0;
-    if (!outputs_.items().empty()) setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
+    // Only a step that produced resets the count: a restarted source that
+    // returns nothing and fails again is still failing.
+    if (!outputs_.items().empty()) {
+      consecutive_failures_ = 0;
+      setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
+    }
     emit_outputs();
     if (defer_until_ > 0) {
       schedule_pull(defer_until_);

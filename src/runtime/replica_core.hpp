@@ -163,6 +163,8 @@ class ReplicaCore final : public StageContext {
   bool process_item(Item& item, std::int64_t& t);
   Status call_process();
   bool on_failure(const Status& s);
+  /// Counts a dead letter; a streak of them fails the stage for good.
+  void give_up(const Status& last);
   void restart_with_backoff();
 
   // -- joins
@@ -234,6 +236,7 @@ class ReplicaCore final : public StageContext {
   std::int64_t defer_until_ = 0;
   int attempts_ = 0;
   int consecutive_failures_ = 0;
+  int dead_letter_streak_ = 0;
   double service_ns_ = 0;
   std::int64_t last_log_ns_ = 0;
   std::uint64_t suppressed_logs_ = 0;

@@ -83,6 +83,25 @@ class Pair final : public Stage {
   OutputPort<schema::Blob> out_;
 };
 
+/// A source that cannot produce: after each (re)start one step returns ok
+/// with nothing, the next fails.
+class BrokenSource final : public Stage {
+ public:
+  void setup(StageSpec& s) override { out_ = s.output<schema::Blob>("out"); }
+  Status start(StageContext&) override {
+    calls_ = 0;
+    return {};
+  }
+  Status process(Inputs&, Outputs&, StageContext&) override {
+    if (calls_++ == 0) return {};
+    return Status::error("cannot decode");
+  }
+
+ private:
+  OutputPort<schema::Blob> out_;
+  int calls_ = 0;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -146,6 +165,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
     EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
+    EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
     EXPECT_TRUE(spec.has_value()) << format_diagnostics(diags);
@@ -383,6 +403,57 @@ TEST(ReplicaCore, APacedSourceAsksToBeCalledWhenItsNextEnvelopeIsDue) {
   h.core->tick(ReplicaCore::kPull);
   EXPECT_TRUE(h.effects.done);
   EXPECT_EQ(h.effects.eos.size(), 1U);
+}
+
+/// Runs the timers the core asked for, in time order, until it asks for none.
+void run_timers(Harness& h, int limit) {
+  for (int i = 0; i < limit && !h.effects.timers.empty() && !h.effects.done; ++i) {
+    const Recorder::Timer next = h.effects.timers.front();
+    h.effects.timers.erase(h.effects.timers.begin());
+    g_now = std::max(g_now, next.at_ns);
+    h.core->tick(next.kind);
+  }
+}
+
+TEST(ReplicaCore, ASourceThatCannotProduceFailsTheRunEvenIfEachRestartFirstReturnsOk) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: test.broken_source}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: src/out}}\n",
+            "src");
+  h.core->start();
+  run_timers(h, 100);
+  EXPECT_NE(h.effects.failure.find("source 'src' failed 3 times in a row: cannot decode"), std::string::npos)
+      << h.effects.failure;
+  EXPECT_EQ(h.stats[0]->errors.load(), 3U);
+  EXPECT_EQ(h.stats[0]->restarts.load(), 2U);
+  EXPECT_TRUE(h.effects.done);  // ends its stream so the rest of the run drains
+}
+
+TEST(ReplicaCore, AStageThatKeepsFailingFailsTheRunAfterFiveDeadLettersInARow) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.flaky, inputs: {in: src/out}, params: {poison: 7}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  // Four poisoned envelopes, then a good one: the streak starts again.
+  for (int i = 0; i < 4; ++i) h.core->deliver(in, 0, blob(7));
+  h.core->deliver(in, 0, blob(1));
+  run_timers(h, 100);
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 4U);
+  EXPECT_TRUE(h.effects.failure.empty()) << h.effects.failure;
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  for (int i = 0; i < 5; ++i) h.core->deliver(in, 0, blob(7));
+  run_timers(h, 100);
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 9U);
+  EXPECT_NE(h.effects.failure.find("stage 'mid' keeps failing: 5 envelopes in a row"), std::string::npos)
+      << h.effects.failure;
+  EXPECT_NE(h.effects.failure.find("poisoned"), std::string::npos) << h.effects.failure;
+  // From now on what arrives is counted, not processed.
+  h.core->deliver(in, 0, blob(2));
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 10U);
+  EXPECT_EQ(h.effects.sent.size(), 1U);
 }
 
 }  // namespace

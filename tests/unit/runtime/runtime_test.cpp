@@ -288,13 +288,26 @@ TEST(Runtime, ThrowingStageIsRestartedAndNothingIsLost) {
 
 TEST(Runtime, EnvelopeFailingThreeTimesBecomesADeadLetter) {
   Status s;
-  RunReport r = run_yaml(chain("count: 5", ", params: {fail_every: 1}", ""), &s);
-  ASSERT_TRUE(s.ok()) << "dead letters do not fail the run";
+  RunReport r = run_yaml(chain("count: 4", ", params: {fail_every: 1}", ""), &s);
+  ASSERT_TRUE(s.ok()) << "fewer dead letters in a row than the limit do not fail the run";
   const StageReport* work = r.stage("work");
-  EXPECT_EQ(work->dead_letters, 5U);
-  EXPECT_EQ(work->errors, 15U);
+  EXPECT_EQ(work->dead_letters, 4U);
+  EXPECT_EQ(work->errors, 12U);
   EXPECT_EQ(work->processed, 0U);
   EXPECT_EQ(counter(r.stage("sink"), "received"), 0);
+  expect_conservation(r);
+}
+
+TEST(Runtime, AStageThatFailsOnEveryEnvelopeFailsTheRun) {
+  Status s;
+  RunReport r = run_yaml(chain("count: 300", ", params: {fail_every: 1}", ""), &s);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("stage 'work' keeps failing: 5 envelopes in a row"), std::string::npos) << s.message();
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.finished);  // it still drains: what reaches the failed replica is counted
+  const StageReport* work = r.stage("work");
+  EXPECT_EQ(work->errors, 15U);  // 5 envelopes x 3 attempts; the rest are dead letters unprocessed
+  EXPECT_EQ(work->processed, 0U);
   expect_conservation(r);
 }
 
