@@ -202,17 +202,19 @@ TEST(UnitProcesses, ASigkilledUnitEndsTheRunWithAnErrorThatNamesIt) {
 }
 
 TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
-  // The whole pipeline runs on u1; the coordinator (with u0) is killed once
-  // data flows. u1 says once that the coordinator is lost, ends its run by
-  // itself with nothing lost, and leaves without waiting for a goodbye.
+  // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
+  // envelope, and the source waits for its credit, so nothing is dropped);
+  // the coordinator (with u0) is killed once data flows. u1 says once that
+  // the coordinator is lost, ends its run by itself with nothing lost, and
+  // leaves without waiting for a goodbye.
   TempDir dir;
   const std::string seen = dir.file("seen.jsonl");
   const std::string file = dir.write(
       "orphan.yaml", "pipeline: orphan\n" + ipc_units(dir) +
                          "stages:\n"
-                         "  - {id: source, type: sim.source, params: {count: 1500, rate_hz: 1000},\n"
+                         "  - {id: source, type: sim.source, params: {count: 1500}, placement: {units: [u1]}}\n"
+                         "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 1000},\n"
                          "     placement: {units: [u1]}}\n"
-                         "  - {id: sink, type: sim.sink, inputs: {in: source/out}, placement: {units: [u1]}}\n"
                          "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
                          "\", flush: true},\n     placement: {units: [u1]}}\n");
   const std::string report = dir.file("u1.json");
