@@ -222,7 +222,7 @@ TEST(FailureDetector, TheWindowForgetsOldIntervals) {
   replay(d, regular_trace(100, 5));
   EXPECT_NEAR(d.mean_ms(), 100, 1e-6);
   replay(d, regular_trace(25, 5, 6000 * kMs));
-  // One interval of the change (the gap between the traces) at most is left.
+  // The 100 ms intervals and the gap between the traces have left the window.
   EXPECT_NEAR(d.mean_ms(), 25, 1e-6);
   EXPECT_NEAR(d.std_ms(), 0, 1e-3);
 }
