@@ -29,9 +29,10 @@ struct RuntimeOptions {
   bool coordinator = true;
   /// How long to wait for units to join and for the placement, in ms.
   int join_timeout_ms = 30000;
-  /// A unit whose heartbeats stop for this long is declared dead, in ms.
-  int dead_after_ms = 2000;
-  /// How long a unit process waits for the coordinator's goodbye, in ms.
+  /// How long a unit process waits for the coordinator's goodbye, in ms; it
+  /// does not wait for a coordinator its failure detector has declared lost.
+  /// (When a unit or the coordinator is declared dead is set by the pipeline
+  /// file's `failure:` section, the same for every process.)
   int leave_timeout_ms = 5000;
   /// The CURVE key pair file (`swarmflow keygen`) of the units and the
   /// coordinator hosted here; needed when any of them is on tcp://.

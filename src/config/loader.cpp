@@ -55,9 +55,11 @@ namespace {
 // -- vocabulary ---
 
 const std::vector<std::string> kTopKeys = {"pipeline", "units",     "coordinator", "coordinator_key",
-                                           "stages",   "placement", "transport"};
+                                           "stages",   "placement", "transport", "failure"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes"};
+const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
+                                               "acceptable_pause_ms", "window"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
                                              "key", "feedback", "placement", "join"};
@@ -421,6 +423,7 @@ class Loader {
     read_stages(entries->find("stages"), root);
     if (const Entry* e = entries->find("placement")) read_placement(*e);
     if (const Entry* e = entries->find("transport")) read_transport(*e);
+    if (const Entry* e = entries->find("failure")) read_failure(*e);
   }
 
   void read_name(const Entries& entries, const YAML::Node& root) {
@@ -904,6 +907,60 @@ class Loader {
         } else {
           t.pack_below_bytes = *v;
         }
+      }
+    }
+  }
+
+  /// A number in [min, max], finite, with the same diagnostics as an integer's.
+  std::optional<double> read_number_in(const Entry& e, const std::string& what, double min, double max,
+                                       const std::string& hint) {
+    auto v = read_number(e, what, hint);
+    if (!v) return std::nullopt;
+    if (!std::isfinite(*v) || *v < min || *v > max) {
+      report(e.value_loc(),
+             what + " must be between " + format_number(min) + " and " + format_number(max) + ", got " +
+                 format_number(*v),
+             hint);
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  void read_failure(const Entry& e) {
+    auto entries = read_map(e.value, e.value_loc(), "'failure'", kFailureKeys);
+    if (!entries) return;
+    FailureDecl& f = spec_.failure;
+    if (const Entry* h = entries->find("heartbeat_ms")) {
+      if (auto v = read_integer(*h, "'heartbeat_ms'", 1, 10000,
+                                "how often units and the coordinator send heartbeats, in ms (default 25)")) {
+        f.heartbeat_ms = static_cast<int>(*v);
+      }
+    }
+    if (const Entry* p = entries->find("phi_threshold")) {
+      if (auto v = read_number_in(*p, "'phi_threshold'", 1, 100,
+                                  "the suspicion at which a silent peer is declared dead; 8 means odds of 1 in "
+                                  "10^8 that it is only late (default 8)")) {
+        f.phi_threshold = *v;
+      }
+    }
+    if (const Entry* m = entries->find("min_std_ms")) {
+      if (auto v = read_number_in(*m, "'min_std_ms'", 0.1, 60000,
+                                  "the least standard deviation of heartbeat intervals assumed, in ms "
+                                  "(default 5)")) {
+        f.min_std_ms = *v;
+      }
+    }
+    if (const Entry* a = entries->find("acceptable_pause_ms")) {
+      if (auto v = read_integer(*a, "'acceptable_pause_ms'", 0, 600000,
+                                "a silence this much longer than the usual interval is not yet suspicious, in ms "
+                                "(default 200)")) {
+        f.acceptable_pause_ms = static_cast<int>(*v);
+      }
+    }
+    if (const Entry* w = entries->find("window")) {
+      if (auto v = read_integer(*w, "'window'", 2, 10000,
+                                "how many heartbeat intervals the detector remembers (default 200)")) {
+        f.window = static_cast<int>(*v);
       }
     }
   }

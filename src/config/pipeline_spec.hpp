@@ -106,6 +106,18 @@ struct TransportDecl {
   std::int64_t pack_below_bytes = 1024;
 };
 
+/// `failure:` block: heartbeats on the control plane and the phi-accrual
+/// failure detector that reads them (docs/design.md, "Failure detection").
+/// The coordinator watches every unit process with these settings, and each
+/// unit process watches the coordinator with them.
+struct FailureDecl {
+  int heartbeat_ms = 25;            ///< how often units and the coordinator send heartbeats
+  double phi_threshold = 8;         ///< suspicion at which a peer is declared dead (10^-8 odds it is only late)
+  double min_std_ms = 5;            ///< floor of the interval's standard deviation
+  int acceptable_pause_ms = 200;    ///< added to the mean interval: a pause this long is not yet suspicious
+  int window = 200;                 ///< intervals kept to estimate the mean and deviation
+};
+
 /// A whole pipeline definition.
 struct PipelineSpec {
   std::string name;
@@ -114,6 +126,7 @@ struct PipelineSpec {
   std::vector<StageDecl> stages;
   PlacementDecl placement;
   TransportDecl transport;
+  FailureDecl failure;
   std::string coordinator;      ///< endpoint, optional
   std::string coordinator_key;  ///< its CURVE public key (Z85 or a .pub file), for tcp
 

@@ -1,12 +1,15 @@
 #include <swarmflow/runtime.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "placement/failure_detector.hpp"
 #include "placement/static_placement.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/run_state.hpp"
@@ -373,7 +376,9 @@ struct ClusterView {
   std::vector<bool> joined;
   std::vector<bool> ready;
   std::vector<bool> done;
-  std::vector<std::int64_t> last_seen_ns;
+  /// Every message from a unit is a heartbeat for its detector.
+  std::unique_ptr<placement::FailureDetectors> detectors;
+  std::string lost;  ///< why the first unit declared dead was; empty while none is
   std::uint64_t unknown_units = 0;
 
   bool all(const std::vector<bool>& flags) {
@@ -400,6 +405,9 @@ struct UnitSide {
   std::vector<std::vector<int>> plan;
   bool go = false;
   bool shutdown = false;
+  /// Every message from the coordinator is a heartbeat for this detector.
+  std::unique_ptr<placement::FailureDetector> coordinator;
+  bool coordinator_lost = false;  ///< declared dead, and nothing heard since
 };
 
 int unit_index(const config::PipelineSpec& spec, const std::string& id) {
@@ -489,6 +497,14 @@ struct Runtime::Impl {
   }
   std::shared_ptr<runtime::ClusterView> cluster;
   std::shared_ptr<runtime::UnitSide> unit_side;
+
+  // -- the failure watch thread (start_failure_watch)
+  std::thread watch;
+  std::mutex watch_mutex;
+  std::condition_variable watch_cv;
+  bool watch_stopping = false;
+
+  ~Impl() { stop_failure_watch(); }
 
   // -- CURVE: public keys of every unit (resolved), this process's key pair
   std::vector<std::string> unit_keys;
@@ -647,6 +663,7 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < units; ++u) {
       peers.push_back(transport::Peer{run->spec.units[u].id, endpoint(u), unit_keys[u]});
     }
+    bool any_control = false;
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
       transport::TransportConfig cfg;
@@ -661,6 +678,7 @@ struct Runtime::Impl {
       cfg.recv_hwm = static_cast<int>(declared.high_water_mark);
       cfg.linger_ms = static_cast<int>(declared.linger_ms);
       cfg.pack_below_bytes = static_cast<std::size_t>(declared.pack_below_bytes);
+      cfg.heartbeat_ms = run->spec.failure.heartbeat_ms;
       if (!options.coordinator) {
         cfg.control_endpoint = run->spec.coordinator;
         cfg.coordinator_public_key = coordinator_key;
@@ -672,9 +690,13 @@ struct Runtime::Impl {
       t->on_burst_end([inbound] { inbound->flush(); });
       if (!options.coordinator) {
         auto side = unit_side;
-        t->on_control([weak, side](const schema::Control& c) {
+        // With several units here the coordinator beats to each; one of
+        // them is enough for the detector, which expects one stream.
+        const bool beats = !any_control;
+        any_control = true;
+        t->on_control([weak, side, beats](const schema::Control& c) {
           auto r = weak.lock();
-          if (r) on_coordinator_message(*r, *side, c);
+          if (r) on_coordinator_message(*r, *side, c, beats);
         });
       }
       Status s = t->start();
@@ -692,8 +714,10 @@ struct Runtime::Impl {
 
   // -- unit process ---------------------------------------------------------
 
-  static void on_coordinator_message(runtime::RunState& run, runtime::UnitSide& side, const schema::Control& c) {
+  static void on_coordinator_message(runtime::RunState& run, runtime::UnitSide& side, const schema::Control& c,
+                                     bool heartbeat) {
     std::lock_guard<std::mutex> lock(side.mutex);
+    if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
     switch (c.body_type()) {
       case schema::ControlBody::PlacementPlan: {
         const auto* p = c.body_as_PlacementPlan();
@@ -751,11 +775,15 @@ struct Runtime::Impl {
     cluster->joined.assign(n, false);
     cluster->ready.assign(n, false);
     cluster->done.assign(n, false);
-    cluster->last_seen_ns.assign(n, 0);
+    cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
     cfg.public_key = own_keys.public_key;
     cfg.secret_key = own_keys.secret_key;
+    cfg.heartbeat_ms = spec.failure.heartbeat_ms;
+    for (std::size_t u = 0; u < n; ++u) {
+      if (!local[u]) cfg.heartbeat_to.push_back(spec.units[u].id);
+    }
     std::weak_ptr<runtime::RunState> weak = run;
     auto view = cluster;
     control_server = std::make_unique<transport::ControlServer>(
@@ -775,7 +803,7 @@ struct Runtime::Impl {
       return;
     }
     const auto i = static_cast<std::size_t>(u);
-    view.last_seen_ns[i] = steady_now_ns();
+    view.detectors->heartbeat(i, steady_now_ns());
     switch (c.body_type()) {
       case schema::ControlBody::Heartbeat:
         view.joined[i] = true;
@@ -789,6 +817,7 @@ struct Runtime::Impl {
       case schema::ControlBody::UnitDone:
         if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.epoch) {
           view.done[i] = true;
+          view.detectors->retire(i);  // it may leave now
           runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
           run.replica_finished(runtime::replicas_on(run, u));
         }
@@ -811,19 +840,112 @@ struct Runtime::Impl {
     }
   }
 
-  /// Declares units dead whose heartbeats stopped; the run then fails rather
-  /// than waiting for them (taking over their work is the placement's job).
-  void check_heartbeats() {
+  // -- failure watch ----------------------------------------------------------
+
+  /// Checks the failure detectors several times a heartbeat while the run
+  /// lasts: in the coordinator those of the unit processes, in a unit process
+  /// the coordinator's.
+  void start_failure_watch() {
+    const auto period = std::chrono::microseconds(std::max(1000, run->spec.failure.heartbeat_ms * 1000 / 5));
+    watch_stopping = false;
+    watch = std::thread([this, period] {
+      auto next = std::chrono::steady_clock::now() + period;
+      bool skipped = false;
+      std::unique_lock<std::mutex> lock(watch_mutex);
+      while (!watch_cv.wait_until(lock, next, [this] { return watch_stopping; })) {
+        const auto woke = std::chrono::steady_clock::now();
+        const bool late = woke - next > std::max<std::chrono::steady_clock::duration>(period, std::chrono::milliseconds(20));
+        next = woke + period;
+        // This thread woke long after its time, so the whole process may have
+        // been stalled, with heartbeats waiting unread: trust the next check,
+        // not this one.
+        if (late && !skipped) {
+          skipped = true;
+          continue;
+        }
+        skipped = false;
+        lock.unlock();
+        if (options.coordinator) {
+          watch_units();
+        } else {
+          watch_coordinator();
+        }
+        lock.lock();
+      }
+    });
+  }
+
+  void stop_failure_watch() {
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex);
+      watch_stopping = true;
+    }
+    watch_cv.notify_all();
+    if (watch.joinable()) watch.join();
+  }
+
+  /// A unit declared dead ends the run with an error that names it: taking
+  /// over its work is failover's job, which does not exist yet.
+  void watch_units() {
     const std::int64_t now = steady_now_ns();
     std::lock_guard<std::mutex> lock(cluster->mutex);
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (local[u] || cluster->done[u]) continue;
-      const double silent_ms = static_cast<double>(now - cluster->last_seen_ns[u]) / 1e6;
-      if (silent_ms > options.dead_after_ms) {
-        run->abort("unit '" + run->spec.units[u].id + "' stopped sending heartbeats (" +
-                   std::to_string(static_cast<int>(silent_ms)) + " ms)");
-      }
+    const auto dead = cluster->detectors->declare_dead(now);
+    for (const auto& d : dead) {
+      char phi[64];
+      std::snprintf(phi, sizeof phi, "%.1f", d.phi);
+      const std::string message = "unit '" + run->spec.units[d.unit].id + "' is dead: nothing heard from it for " +
+                                  std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
+                                  " reached failure.phi_threshold); its work cannot be taken over, so the run ends";
+      if (cluster->lost.empty()) cluster->lost = message;
+      run->abort(message);
     }
+    if (!dead.empty()) cluster->cv.notify_all();
+  }
+
+  /// A unit process that loses the coordinator says so once and carries on
+  /// with its last placement (the coordinator holds only soft state).
+  void watch_coordinator() {
+    const std::int64_t now = steady_now_ns();
+    std::lock_guard<std::mutex> lock(unit_side->mutex);
+    const placement::FailureDetector& d = *unit_side->coordinator;
+    if (unit_side->shutdown || !d.heard()) return;
+    if (!unit_side->coordinator_lost && d.suspected(now)) {
+      unit_side->coordinator_lost = true;
+      std::fprintf(stderr,
+                   "swarmflow: %s: lost the coordinator at %s: nothing heard from it for %lld ms; "
+                   "carrying on with the placement of epoch %u\n",
+                   local_unit_names().c_str(), run->spec.coordinator.c_str(),
+                   static_cast<long long>(d.silence_ns(now) / 1'000'000), unit_side->epoch);
+      unit_side->cv.notify_all();
+    } else if (unit_side->coordinator_lost && d.available(now)) {
+      unit_side->coordinator_lost = false;
+      std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
+                   run->spec.coordinator.c_str());
+    }
+  }
+
+  /// The first unit declared dead, as an error; ok while there is none.
+  Status lost_unit() {
+    std::lock_guard<std::mutex> lock(cluster->mutex);
+    if (cluster->lost.empty()) return {};
+    return Status::error(cluster->lost, StatusCode::unavailable);
+  }
+
+  Status coordinator_lost_before_start() const {
+    return Status::error("lost the coordinator at " + run->spec.coordinator + " before the run started",
+                         StatusCode::unavailable);
+  }
+
+  /// "unit u1" (or "units u1, u2"): the units hosted here, for messages.
+  std::string local_unit_names() const {
+    std::string names;
+    int count = 0;
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!local[u]) continue;
+      names += (names.empty() ? "" : ", ") + run->spec.units[u].id;
+      ++count;
+    }
+    return (count == 1 ? "unit " : "units ") + names;
   }
 
   // -- hosts ------------------------------------------------------------------
@@ -941,6 +1063,7 @@ Status Runtime::start() {
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
   auto fail = [&](Status s) {
+    m.stop_failure_watch();
     m.stop_unit_actors();
     if (m.control_server) m.control_server->stop();
     m.stop_transports();
@@ -949,15 +1072,22 @@ Status Runtime::start() {
     return s;
   };
   if (Status s = m.prepare_security(); !s.ok()) return s;
-  if (!m.options.coordinator) m.unit_side = std::make_shared<runtime::UnitSide>();
+  if (!m.options.coordinator) {
+    m.unit_side = std::make_shared<runtime::UnitSide>();
+    m.unit_side->coordinator = std::make_unique<placement::FailureDetector>(m.run->spec.failure);
+  }
   if (m.distributed && m.options.coordinator) {
     if (Status s = m.start_coordinator(); !s.ok()) return fail(s);
   }
   if (Status s = m.start_transports(); !s.ok()) return fail(s);
+  if (m.distributed) m.start_failure_watch();
 
   if (m.distributed && m.options.coordinator) {
     // Units join with their first heartbeat; then every unit gets the plan.
-    if (!m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined); }, m.options.join_timeout_ms)) {
+    const bool joined = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined) || !v.lost.empty(); },
+                                       m.options.join_timeout_ms);
+    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
+    if (!joined) {
       std::lock_guard<std::mutex> lock(m.cluster->mutex);
       return fail(Status::error("units did not join within " + std::to_string(m.options.join_timeout_ms) +
                                     " ms: " + m.cluster->missing(m.cluster->joined, m.run->spec),
@@ -965,7 +1095,15 @@ Status Runtime::start() {
     }
     m.broadcast([&] { return runtime::plan_message(*m.run); });
   } else if (!m.options.coordinator) {
-    if (!m.wait_unit_side([](runtime::UnitSide& s) { return s.has_plan; }, m.options.join_timeout_ms)) {
+    bool lost = false;
+    const bool planned = m.wait_unit_side(
+        [&](runtime::UnitSide& s) {
+          lost = !s.has_plan && s.coordinator_lost;
+          return s.has_plan || lost;
+        },
+        m.options.join_timeout_ms);
+    if (lost) return fail(m.coordinator_lost_before_start());
+    if (!planned) {
       return fail(Status::error("no placement from the coordinator at " + m.run->spec.coordinator + " within " +
                                     std::to_string(m.options.join_timeout_ms) + " ms",
                                 StatusCode::unavailable));
@@ -978,7 +1116,10 @@ Status Runtime::start() {
   m.spawn_local_hosts();
 
   if (m.distributed && m.options.coordinator) {
-    if (!m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready); }, m.options.join_timeout_ms)) {
+    const bool ready = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready) || !v.lost.empty(); },
+                                      m.options.join_timeout_ms);
+    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
+    if (!ready) {
       std::lock_guard<std::mutex> lock(m.cluster->mutex);
       return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
                                 StatusCode::unavailable));
@@ -994,9 +1135,15 @@ Status Runtime::start() {
         return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
       }));
     }
-    if (!m.wait_unit_side([](runtime::UnitSide& s) { return s.go || s.shutdown; }, m.options.join_timeout_ms)) {
-      return fail(Status::error("the coordinator did not start the run", StatusCode::unavailable));
-    }
+    bool lost = false;
+    const bool go = m.wait_unit_side(
+        [&](runtime::UnitSide& s) {
+          lost = !s.go && !s.shutdown && s.coordinator_lost;
+          return s.go || s.shutdown || lost;
+        },
+        m.options.join_timeout_ms);
+    if (lost) return fail(m.coordinator_lost_before_start());
+    if (!go) return fail(Status::error("the coordinator did not start the run", StatusCode::unavailable));
   }
   m.run->start_ns = steady_now_ns();
   m.started = true;
@@ -1025,21 +1172,22 @@ Status Runtime::wait() {
   Impl& m = *impl_;
   if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
   if (m.waited) return m.result;
-  while (!m.run->wait_finished(200)) {
-    if (m.distributed && m.options.coordinator) m.check_heartbeats();
-  }
+  // The failure watch ends the run (abort) if a unit process dies.
+  m.run->wait_finished(-1);
   if (!m.options.coordinator) {
     // Hand this process's figures to the coordinator, then leave when it says
-    // so (or soon after, if it is gone).
+    // so, or when it is known to be gone, or after the leave timeout.
     if (!m.run->aborted()) {
       for (std::size_t u = 0; u < m.local.size(); ++u) {
         if (m.local[u]) m.run->transports[u]->send_control(runtime::encode_unit_done(*m.run, static_cast<int>(u)));
       }
-      m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown; }, m.options.leave_timeout_ms);
+      m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; },
+                       m.options.leave_timeout_ms);
     }
   } else if (m.distributed) {
     m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->epoch); });
   }
+  m.stop_failure_watch();
   m.final_report = m.report_now();
   if (m.run->aborted()) m.kill_local_hosts();
   m.stop_unit_actors();

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -52,6 +53,7 @@ struct ControlServer::Impl {
   std::deque<std::pair<std::string, ControlBuffer>> queue;
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> rejected{0};
+  std::int64_t next_heartbeat_ns = 0;  // server thread only
   std::thread thread;
 
   void flush() {
@@ -60,16 +62,40 @@ struct ControlServer::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       batch.swap(queue);
     }
-    for (auto& [unit, buffer] : batch) {
-      try {
-        if (!router.send(zmq::buffer(unit), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
-        auto* held = new flatbuffers::DetachedBuffer(std::move(buffer));
-        zmq::message_t m(held->data(), held->size(), free_detached, held);
-        router.send(m, zmq::send_flags::none);
-      } catch (const zmq::error_t&) {
-        // The unit is not (or no longer) connected; it will ask again or be declared dead.
-      }
+    for (auto& [unit, buffer] : batch) send_now(unit, std::move(buffer));
+  }
+
+  void send_now(const std::string& unit, ControlBuffer buffer) {
+    try {
+      if (!router.send(zmq::buffer(unit), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+      auto* held = new flatbuffers::DetachedBuffer(std::move(buffer));
+      zmq::message_t m(held->data(), held->size(), free_detached, held);
+      router.send(m, zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+      // The unit is not (or no longer) connected; it will ask again or be declared dead.
     }
+  }
+
+  /// Sends the coordinator's heartbeat to every unit when one is due.
+  void heartbeat() {
+    if (config.heartbeat_to.empty()) return;
+    const std::int64_t now = steady_now_ns();
+    if (now < next_heartbeat_ns) return;
+    next_heartbeat_ns = now + static_cast<std::int64_t>(config.heartbeat_ms) * 1'000'000;
+    for (const auto& unit : config.heartbeat_to) {
+      send_now(unit, make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+                 auto body = schema::CreateHeartbeat(fbb, fbb.CreateString("coordinator"), now, 0,
+                                                     static_cast<std::int64_t>(::getpid()));
+                 return std::make_pair(schema::ControlBody::Heartbeat, body.Union());
+               }));
+    }
+  }
+
+  /// How long the thread may sleep: never past the next heartbeat.
+  long poll_timeout_ms() const {
+    if (config.heartbeat_to.empty()) return 100;
+    const std::int64_t until = next_heartbeat_ns - steady_now_ns();
+    return std::min<long>(100, std::max<long>(0, static_cast<long>((until + 999'999) / 1'000'000)));
   }
 
   void receive() {
@@ -105,12 +131,13 @@ struct ControlServer::Impl {
       std::array<zmq_pollitem_t, 3> items{{{router.handle(), 0, ZMQ_POLLIN, 0},
                                            {nullptr, wake_fd, ZMQ_POLLIN, 0},
                                            {monitor ? monitor->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}}};
-      zmq::poll(items.data(), monitor ? items.size() : items.size() - 1, std::chrono::milliseconds(100));
+      zmq::poll(items.data(), monitor ? items.size() : items.size() - 1, std::chrono::milliseconds(poll_timeout_ms()));
       if ((items[1].revents & ZMQ_POLLIN) != 0) {
         std::uint64_t v = 0;
         [[maybe_unused]] auto r = ::read(wake_fd, &v, sizeof v);
       }
       flush();
+      heartbeat();
       if ((items[0].revents & ZMQ_POLLIN) != 0) receive();
       if (monitor && (items[2].revents & ZMQ_POLLIN) != 0) drain_monitor();
     }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 
@@ -46,11 +47,16 @@ struct ControlServerConfig {
   /// CURVE for tcp: the coordinator's keys; empty = plaintext.
   std::string public_key;
   std::string secret_key;
+  /// Units that get a heartbeat every heartbeat_ms, sent by the server
+  /// thread itself, so that they can tell when the coordinator is gone.
+  std::vector<std::string> heartbeat_to;
+  int heartbeat_ms = 25;
 };
 
-/// The coordinator's side of the control plane: a ROUTER on its own thread.
-/// On tcp it is a CURVE server: the context's ZapHandler (made before
-/// start()) admits the units' keys, and a HandshakeMonitor counts refusals.
+/// The coordinator's side of the control plane: a ROUTER on its own thread,
+/// which also sends the coordinator's heartbeats. On tcp it is a CURVE
+/// server: the context's ZapHandler (made before start()) admits the units'
+/// keys, and a HandshakeMonitor counts refusals.
 class ControlServer {
  public:
   /// Called on the server thread with the sender's unit id and a verified message.

@@ -284,6 +284,17 @@ struct Transport::Impl {
     }
   }
 
+  /// How long the thread may sleep: soon when messages wait for a socket,
+  /// and never past the next heartbeat.
+  long poll_timeout_ms() const {
+    long timeout = retrying == 0 ? 100 : 1;
+    if (control) {
+      const std::int64_t until = next_heartbeat_ns - steady_now_ns();
+      timeout = std::min<long>(timeout, std::max<long>(0, static_cast<long>((until + 999'999) / 1'000'000)));
+    }
+    return timeout;
+  }
+
   void heartbeat() {
     const std::int64_t now = steady_now_ns();
     if (now < next_heartbeat_ns) return;
@@ -492,7 +503,7 @@ struct Transport::Impl {
         items.push_back({dealers[u]->handle(), 0, ZMQ_POLLIN, 0});
         dealer_units.push_back(static_cast<int>(u));
       }
-      zmq::poll(items, std::chrono::milliseconds(retrying == 0 ? 100 : 1));
+      zmq::poll(items, std::chrono::milliseconds(poll_timeout_ms()));
       if ((items[1].revents & ZMQ_POLLIN) != 0) {
         std::uint64_t v = 0;
         [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof v);

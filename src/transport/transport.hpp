@@ -60,10 +60,12 @@ struct TransportConfig {
   std::string public_key;
   std::string secret_key;
   /// The coordinator's control endpoint; empty = no control plane (all units
-  /// in one process). Heartbeats go there every heartbeat_ms from this thread.
+  /// in one process). Heartbeats go there every heartbeat_ms (the pipeline's
+  /// `failure.heartbeat_ms`) from this thread, so a busy actor system cannot
+  /// delay them.
   std::string control_endpoint;
   std::string coordinator_public_key;
-  int heartbeat_ms = 100;
+  int heartbeat_ms = 25;
   /// Envelopes whose payload is at most this many bytes, and every ack and
   /// end-of-stream mark, travel packed many to a frame (their payload is
   /// copied once into the pack); larger payloads go to ZeroMQ without a copy.

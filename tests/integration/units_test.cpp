@@ -1,5 +1,6 @@
 // Units as separate processes on tcp loopback: the same pipeline split over
 // three `swarmflow` processes gives the same sink counts as in one process.
+// Units and the coordinator that die (SIGKILL) are noticed by the others.
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@ using swarmflow::testing::spawn_cli;
 using swarmflow::testing::TempDir;
 using swarmflow::testing::wait_exit;
 using swarmflow::testing::wait_exit_within;
+using swarmflow::testing::wait_for_content;
 
 std::string tcp(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
@@ -156,6 +158,82 @@ TEST(UnitProcesses, UnitLeavesPromptlyOnSigtermWhenItsPeersAreDead) {
   // Bounded wait: it must leave by itself (it aims at well under a second;
   // bench/README measures it), not hang on its dead peers.
   EXPECT_EQ(wait_exit_within(u1, std::chrono::seconds(10)), 0) << slurp(dir.file("u1.err"));
+}
+
+/// The coordinator and units u0, u1 on ipc sockets in `dir`.
+std::string ipc_units(const TempDir& dir) {
+  return "coordinator: \"ipc://" + dir.file("coordinator.sock") + "\"\nunits:\n" +
+         "  - {id: u0, endpoint: \"ipc://" + dir.file("u0.sock") + "\"}\n" +
+         "  - {id: u1, endpoint: \"ipc://" + dir.file("u1.sock") + "\"}\n";
+}
+
+/// Many seconds: these waits are bounds for a hang, not expectations.
+constexpr std::chrono::seconds kPatience{30};
+
+TEST(UnitProcesses, ASigkilledUnitEndsTheRunWithAnErrorThatNamesIt) {
+  // Failover does not exist yet: the coordinator's failure detector declares
+  // the killed unit dead and the run ends, with an error and a report,
+  // instead of waiting for it forever.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "kill.yaml", "pipeline: kill\n" + ipc_units(dir) +
+                       "stages:\n"
+                       "  - {id: source, type: sim.source, params: {count: 0, rate_hz: 500}, placement: {units: [u0]}}\n"
+                       "  - {id: sink, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
+                       "\", flush: true},\n     placement: {units: [u1]}}\n");
+  const std::string report = dir.file("kill.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  // Mid-run: u1 has written what reached it.
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c.err")) << slurp(dir.file("u1.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  ASSERT_NE(rc, -1) << "the coordinator did not notice the dead unit: " << slurp(dir.file("c.err"));
+  EXPECT_EQ(rc, 1) << slurp(dir.file("c.err"));
+  const std::string err = slurp(dir.file("c.err"));
+  EXPECT_NE(err.find("unit 'u1' is dead: nothing heard from it for "), std::string::npos) << err;
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_FALSE(r["ok"].get<bool>());
+  EXPECT_NE(r["error"].get<std::string>().find("unit 'u1' is dead"), std::string::npos) << r["error"];
+  EXPECT_GT(r["stages"]["source"]["processed"].get<std::uint64_t>(), 0U);
+}
+
+TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
+  // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
+  // envelope, and the source waits for its credit, so nothing is dropped);
+  // the coordinator (with u0) is killed once data flows. u1 says once that
+  // the coordinator is lost, ends its run by itself with nothing lost, and
+  // leaves without waiting for a goodbye.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "orphan.yaml", "pipeline: orphan\n" + ipc_units(dir) +
+                         "stages:\n"
+                         "  - {id: source, type: sim.source, params: {count: 1500}, placement: {units: [u1]}}\n"
+                         "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 1000},\n"
+                         "     placement: {units: [u1]}}\n"
+                         "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
+                         "\", flush: true},\n     placement: {units: [u1]}}\n");
+  const std::string report = dir.file("u1.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1", "--report", report}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0"}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c.err")) << slurp(dir.file("u1.err"));
+  kill(coordinator, SIGKILL);
+  wait_exit(coordinator);
+  const int rc = wait_exit_within(u1, kPatience);
+  const std::string err = slurp(dir.file("u1.err"));
+  ASSERT_EQ(rc, 0) << err;
+  const std::string lost = "swarmflow: unit u1: lost the coordinator at ipc://";
+  const auto first = err.find(lost);
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find(lost, first + 1), std::string::npos) << "said more than once:\n" << err;
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["sinks"]["sink"]["received"], 1500);
+  EXPECT_EQ(r["sinks"]["sink"]["lost"], 0);
 }
 
 }  // namespace

@@ -87,6 +87,18 @@ inline int wait_exit_within(pid_t pid, std::chrono::milliseconds limit) {
   return -1;
 }
 
+/// Waits at most `limit` for the file at `path` to hold something (another
+/// process writes it); false if it is still empty or missing.
+inline bool wait_for_content(const std::string& path, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::file_size(path, ec) > 0 && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 inline int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -721,6 +721,74 @@ transport: {max_message_size: 8192}
   EXPECT_TRUE(contains(unknown.hint, "did you mean 'max_message_bytes'?")) << unknown.to_string();
 }
 
+TEST_F(LoaderTest, FailureSettings) {
+  auto defaults = load("pipeline: t\nstages:\n  - {id: source, type: sim.source}\n");
+  ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(defaults->failure.heartbeat_ms, 25);
+  EXPECT_EQ(defaults->failure.phi_threshold, 8.0);
+  EXPECT_EQ(defaults->failure.min_std_ms, 5.0);
+  EXPECT_EQ(defaults->failure.acceptable_pause_ms, 200);
+  EXPECT_EQ(defaults->failure.window, 200);
+  auto spec = load(R"(pipeline: t
+failure:
+  heartbeat_ms: 50
+  phi_threshold: 10.5
+  min_std_ms: 2.5
+  acceptable_pause_ms: 0
+  window: 1000
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(spec->failure.heartbeat_ms, 50);
+  EXPECT_EQ(spec->failure.phi_threshold, 10.5);
+  EXPECT_EQ(spec->failure.min_std_ms, 2.5);
+  EXPECT_EQ(spec->failure.acceptable_pause_ms, 0);
+  EXPECT_EQ(spec->failure.window, 1000);
+}
+
+TEST_F(LoaderTest, BadFailureValues) {
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+failure: {heartbeat_ms: 0, phi_threshold: 0.5, min_std_ms: "5", acceptable_pause_ms: -1, window: 1}
+)");
+  ASSERT_EQ(diagnostics_.size(), 5U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 25);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "'heartbeat_ms' must be between 1 and 10000, got 0"))
+      << diagnostics_[0].to_string();
+  EXPECT_TRUE(contains(diagnostics_[0].hint, "default 25")) << diagnostics_[0].to_string();
+  EXPECT_AT(diagnostics_[1], 4, 43);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "'phi_threshold' must be between 1 and 100, got 0.5"))
+      << diagnostics_[1].to_string();
+  EXPECT_AT(diagnostics_[2], 4, 60);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "'min_std_ms' must be a number")) << diagnostics_[2].to_string();
+  EXPECT_AT(diagnostics_[3], 4, 86);
+  EXPECT_TRUE(contains(diagnostics_[3].message, "'acceptable_pause_ms' must be between 0 and"))
+      << diagnostics_[3].to_string();
+  EXPECT_AT(diagnostics_[4], 4, 98);
+  EXPECT_TRUE(contains(diagnostics_[4].message, "'window' must be between 2 and")) << diagnostics_[4].to_string();
+
+  auto not_finite = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+failure: {phi_threshold: .inf}
+)");
+  EXPECT_AT(not_finite, 4, 26);
+  EXPECT_TRUE(contains(not_finite.message, "'phi_threshold' must be")) << not_finite.to_string();
+
+  auto unknown = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+failure: {heartbeat_interval_ms: 25}
+)");
+  EXPECT_AT(unknown, 4, 11);
+  EXPECT_TRUE(contains(unknown.hint, "did you mean 'heartbeat_ms'?")) << unknown.to_string();
+
+  auto not_a_map = only_error("pipeline: t\nstages:\n  - {id: source, type: sim.source}\nfailure: 25\n");
+  EXPECT_AT(not_a_map, 4, 10);
+}
+
 TEST_F(LoaderTest, PinnedToUnknownUnit) {
   auto d = only_error(R"(pipeline: t
 units: 2
