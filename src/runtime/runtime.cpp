@@ -376,6 +376,7 @@ struct ClusterView {
   std::vector<bool> joined;
   std::vector<bool> ready;
   std::vector<bool> done;
+  std::vector<bool> dead;  ///< declared dead by its detector
   /// Every message from a unit is a heartbeat for its detector.
   std::unique_ptr<placement::FailureDetectors> detectors;
   std::string lost;  ///< why the first unit declared dead was; empty while none is
@@ -775,6 +776,7 @@ struct Runtime::Impl {
     cluster->joined.assign(n, false);
     cluster->ready.assign(n, false);
     cluster->done.assign(n, false);
+    cluster->dead.assign(n, false);
     cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
@@ -897,6 +899,7 @@ struct Runtime::Impl {
                                   std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
                                   " reached failure.phi_threshold); its work cannot be taken over, so the run ends";
       if (cluster->lost.empty()) cluster->lost = message;
+      cluster->dead[d.unit] = true;
       run->abort(message);
     }
     if (!dead.empty()) cluster->cv.notify_all();
@@ -922,6 +925,12 @@ struct Runtime::Impl {
       std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
                    run->spec.coordinator.c_str());
     }
+  }
+
+  /// True when the coordinator's Shutdown ended this unit process's run.
+  bool unit_side_shutdown_first() {
+    std::lock_guard<std::mutex> lock(unit_side->mutex);
+    return unit_side->shutdown && !unit_side->coordinator_lost;
   }
 
   /// The first unit declared dead, as an error; ok while there is none.
@@ -1183,9 +1192,26 @@ Status Runtime::wait() {
       }
       m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; },
                        m.options.leave_timeout_ms);
+    } else if (m.unit_side_shutdown_first()) {
+      // The coordinator ended the run (a unit died): its report still gets
+      // this unit's figures so far.
+      for (std::size_t u = 0; u < m.local.size(); ++u) {
+        if (m.local[u]) m.run->transports[u]->send_control(runtime::encode_unit_done(*m.run, static_cast<int>(u)));
+      }
     }
   } else if (m.distributed) {
     m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->epoch); });
+    if (m.run->aborted()) {
+      // The units still alive send what they have; the report covers them.
+      m.wait_cluster(
+          [](runtime::ClusterView& v) {
+            for (std::size_t u = 0; u < v.remote.size(); ++u) {
+              if (v.remote[u] && !v.done[u] && !v.dead[u]) return false;
+            }
+            return true;
+          },
+          m.options.leave_timeout_ms);
+    }
   }
   m.stop_failure_watch();
   m.final_report = m.report_now();

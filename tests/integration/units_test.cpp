@@ -201,6 +201,44 @@ TEST(UnitProcesses, ASigkilledUnitEndsTheRunWithAnErrorThatNamesIt) {
   EXPECT_GT(r["stages"]["source"]["processed"].get<std::uint64_t>(), 0U);
 }
 
+TEST(UnitProcesses, AfterAUnitDiesTheReportStillHasTheFiguresOfTheUnitsAlive) {
+  // source on u0 (the coordinator's process) -> work on u1 -> sink on u2. u1
+  // is killed mid-run: the run ends with an error, and the report still has
+  // what u2's sink received, sent by u2 as it leaves.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "three.yaml", "pipeline: three\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+                        "\"}\n"
+                        "stages:\n"
+                        "  - {id: source, type: sim.source, params: {count: 0, rate_hz: 500}, placement: {units: [u0]}}\n"
+                        "  - {id: work, type: sim.work, inputs: {in: source/out}, placement: {units: [u1]}}\n"
+                        "  - {id: sink, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
+                        "\", flush: true},\n     placement: {units: [u2]}}\n");
+  const std::string report = dir.file("three.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c.err")) << slurp(dir.file("u2.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  ASSERT_NE(rc, -1) << slurp(dir.file("c.err"));
+  EXPECT_EQ(rc, 1) << slurp(dir.file("c.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_FALSE(r["ok"].get<bool>());
+  EXPECT_NE(r["error"].get<std::string>().find("unit 'u1' is dead"), std::string::npos) << r["error"];
+  // What the sink wrote before the end, it had processed; the report has it.
+  std::size_t lines = 0;
+  for (char c : slurp(seen)) lines += c == '\n' ? 1 : 0;
+  const auto received = r["stages"]["sink"]["processed"].get<std::uint64_t>();
+  EXPECT_GT(received, 0U);
+  EXPECT_LE(received, lines);
+  EXPECT_GE(received + 50, lines) << "the report lost most of what u2's sink received";
+}
+
 TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
   // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
   // envelope, and the source waits for its credit, so nothing is dropped);
