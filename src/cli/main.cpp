@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "cli/catalogue.hpp"
+#include "config/pipeline_spec.hpp"
 #include "cli/progress.hpp"
 
 namespace {
@@ -57,6 +59,18 @@ struct RunArgs {
   int join_timeout_ms = 30000;
   std::string secret_key;
 };
+
+/// The stages `file` keys (`key:`), for the summary's note on reordering.
+std::set<std::string> keyed_stages(swarmflow::Runtime& rt, const std::string& file) {
+  std::set<std::string> out;
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  if (auto spec = swarmflow::config::load_pipeline_file(file, rt.registry(), diagnostics)) {
+    for (const auto& s : spec->stages) {
+      if (s.keyed) out.insert(s.id);
+    }
+  }
+  return out;
+}
 
 /// How long a unit process waits for its peers to drain after a signal
 /// before it leaves without them.
@@ -115,7 +129,7 @@ int cmd_run(const RunArgs& args) {
   s = rt.wait();
   if (!args.quiet && tty) std::fputs("\n", stderr);
   const swarmflow::RunReport report = rt.report();
-  std::fputs(swarmflow::cli::summary_table(report).c_str(), stdout);
+  std::fputs(swarmflow::cli::summary_table(report, keyed_stages(rt, args.file)).c_str(), stdout);
   if (!args.report.empty()) {
     std::ofstream out(args.report);
     out << report.to_json() << '\n';
