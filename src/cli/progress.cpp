@@ -35,9 +35,9 @@ std::map<std::string, std::uint64_t> drops_by_consumer(const RunReport& r) {
   return out;
 }
 
-/// The stages upstream of `sink` (and `sink` itself) that run several
-/// replicas without a key: each may pass the envelopes of one stream to
-/// different replicas, which finish them in another order.
+/// The stages upstream of `sink` that run several replicas without a key:
+/// each may pass the envelopes of one stream to different replicas, which
+/// finish them in another order.
 std::vector<const StageReport*> unkeyed_parallel_upstream(const RunReport& r, const std::string& sink,
                                                           const std::set<std::string>& keyed) {
   std::vector<const StageReport*> out;
@@ -47,7 +47,7 @@ std::vector<const StageReport*> unkeyed_parallel_upstream(const RunReport& r, co
     const std::string id = todo.back();
     todo.pop_back();
     const StageReport* s = r.stage(id);
-    if (s != nullptr && s->replicas > 1 && keyed.count(id) == 0) out.push_back(s);
+    if (s != nullptr && id != sink && s->replicas > 1 && keyed.count(id) == 0) out.push_back(s);
     for (const auto& e : r.edges) {
       if (e.to.substr(0, e.to.find('/')) != id) continue;
       const std::string from = e.from.substr(0, e.from.find('/'));
@@ -114,6 +114,12 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                   s.id.c_str(), counter("received", static_cast<std::int64_t>(s.processed)), counter("lost", 0),
                   counter("duplicate", 0), counter("reordered", 0), s.latency.p50_ms, s.latency.p99_ms,
                   s.latency.p999_ms, s.latency.max_ms);
+  }
+  for (const auto& s : r.stages) {
+    if (!s.sink || s.replicas <= 1 || keyed.count(s.id) != 0 || s.counters.count("lost") == 0) continue;
+    out += format("\n  %s: %d replicas without a key: each checks only the envelopes it gets, so lost and\n"
+                  "    reorder count the gaps between them. Use `key: stream` on it to check whole streams.\n",
+                  s.id.c_str(), s.replicas);
   }
   for (const auto& s : r.stages) {
     auto it = s.counters.find("reordered");

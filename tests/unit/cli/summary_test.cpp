@@ -55,4 +55,14 @@ TEST(Summary, NoReorderNoNote) {
   EXPECT_EQ(text.find("reorder ="), std::string::npos) << text;
 }
 
+TEST(Summary, AnUnkeyedSinkWithSeveralReplicasIsNamed) {
+  swarmflow::RunReport r = run(1, 0);
+  r.stages[2].replicas = 2;
+  r.stages[2].counters["lost"] = 8;
+  const std::string unkeyed = swarmflow::cli::summary_table(r, {});
+  EXPECT_NE(unkeyed.find("sink: 2 replicas without a key"), std::string::npos) << unkeyed;
+  const std::string keyed = swarmflow::cli::summary_table(r, {"sink"});
+  EXPECT_EQ(keyed.find("without a key"), std::string::npos) << keyed;
+}
+
 }  // namespace
