@@ -119,6 +119,8 @@ std::string cell(const std::string& s) {
 
 }  // namespace
 
+const char* const kExampleJoin = "join: {key: seq, timeout_ms: 1000}";
+
 std::string pack_of(const std::string& type) { return type.substr(0, type.find('.')); }
 
 std::vector<std::string> packs(const Registry& registry) {
@@ -175,6 +177,9 @@ std::string example_yaml(const CatalogueEntry& entry) {
   for (const auto& p : spec.inputs()) {
     const std::string line = p.name + ": " + example_producer(spec, p) + "/out";
     out += p.optional ? "    #  " + line + "   # optional\n" : "      " + line + "\n";
+  }
+  if (spec.inputs().size() >= 2) {
+    out += std::string("    # ") + kExampleJoin + "   # one envelope per input as a set (seq or part_id)\n";
   }
   if (!spec.params().empty()) out += "    params:\n";
   for (const auto& p : spec.params()) out += "      " + p.name + ": " + yaml_value(p.default_value) + "\n";

@@ -28,8 +28,12 @@ std::vector<CatalogueEntry> select_stages(const Registry& registry, const std::s
 
 /// The stage's example, a `stages:` list entry (indented two spaces): its
 /// inputs connected to `example_producer` placeholders (optional ones
-/// commented out) and every parameter at its default.
+/// commented out), for several inputs `kExampleJoin` commented out, and
+/// every parameter at its default.
 std::string example_yaml(const CatalogueEntry& entry);
+
+/// The `join:` line an example of a stage with several inputs suggests.
+extern const char* const kExampleJoin;
 
 /// The stage id the example gives a stage type (`vision.resize` -> `resize`).
 std::string example_id(const std::string& type);

@@ -64,13 +64,21 @@ TEST(Catalogue, EveryStagesExampleValidatesWithTheLoader) {
   std::string error;
   const auto entries = swarmflow::cli::select_stages(rt.registry(), "", &error);
   ASSERT_FALSE(entries.empty()) << error;
+  auto expect_valid = [&](const std::string& yaml, const std::string& name) {
+    std::vector<swarmflow::Diagnostic> diagnostics;
+    const auto spec = swarmflow::config::load_pipeline_string(yaml, name, rt.registry(), diagnostics);
+    EXPECT_TRUE(spec.has_value()) << name << ":\n" << swarmflow::format_diagnostics(diagnostics) << "in\n" << yaml;
+  };
   for (const auto& entry : entries) {
     const std::string yaml = completed_example(rt.registry(), entry);
-    std::vector<swarmflow::Diagnostic> diagnostics;
-    const auto spec = swarmflow::config::load_pipeline_string(yaml, entry.type->name, rt.registry(), diagnostics);
-    EXPECT_TRUE(spec.has_value()) << entry.type->name << ":\n"
-                                  << swarmflow::format_diagnostics(diagnostics) << "in\n"
-                                  << yaml;
+    expect_valid(yaml, entry.type->name);
+    // The `join:` the example suggests, commented out, is valid too.
+    const std::string commented_join = std::string("    # ") + swarmflow::cli::kExampleJoin;
+    if (const auto at = yaml.find(commented_join); at != std::string::npos) {
+      std::string joined = yaml;
+      joined.replace(at, commented_join.size(), std::string("    ") + swarmflow::cli::kExampleJoin);
+      expect_valid(joined, entry.type->name + " with join");
+    }
   }
 }
 
