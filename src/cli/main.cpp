@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 
 #include <swarmflow/swarmflow.hpp>
 
+#include "cli/catalogue.hpp"
+#include "config/pipeline_spec.hpp"
 #include "cli/progress.hpp"
 
 namespace {
@@ -56,6 +59,18 @@ struct RunArgs {
   int join_timeout_ms = 30000;
   std::string secret_key;
 };
+
+/// The stages `file` keys (`key:`), for the summary's note on reordering.
+std::set<std::string> keyed_stages(swarmflow::Runtime& rt, const std::string& file) {
+  std::set<std::string> out;
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  if (auto spec = swarmflow::config::load_pipeline_file(file, rt.registry(), diagnostics)) {
+    for (const auto& s : spec->stages) {
+      if (s.keyed) out.insert(s.id);
+    }
+  }
+  return out;
+}
 
 /// How long a unit process waits for its peers to drain after a signal
 /// before it leaves without them.
@@ -114,7 +129,7 @@ int cmd_run(const RunArgs& args) {
   s = rt.wait();
   if (!args.quiet && tty) std::fputs("\n", stderr);
   const swarmflow::RunReport report = rt.report();
-  std::fputs(swarmflow::cli::summary_table(report).c_str(), stdout);
+  std::fputs(swarmflow::cli::summary_table(report, keyed_stages(rt, args.file)).c_str(), stdout);
   if (!args.report.empty()) {
     std::ofstream out(args.report);
     out << report.to_json() << '\n';
@@ -156,55 +171,40 @@ int cmd_graph(const std::string& file) {
   return kExitOk;
 }
 
-std::string describe_range(const swarmflow::ParamInfo& p) {
-  std::string out;
-  if (p.range.min || p.range.max) {
-    auto num = [](double v) {
-      std::ostringstream os;
-      os << v;
-      return os.str();
-    };
-    out = "[" + (p.range.min ? num(*p.range.min) : std::string("-inf")) + ", " +
-          (p.range.max ? num(*p.range.max) : std::string("inf")) + "]";
-  }
-  if (!p.choices.empty()) {
-    for (const auto& c : p.choices) out += (out.empty() ? "" : "|") + c;
-  }
-  return out;
-}
+/// What `swarmflow describe` prints.
+enum class DescribeFormat { text, json, markdown };
 
-int cmd_describe(const std::string& type) {
+int cmd_describe(const std::string& what, DescribeFormat format) {
   swarmflow::Runtime rt;
   const auto& registry = rt.registry();
-  if (type.empty()) {
-    for (const auto* t : registry.all()) std::printf("%-24s %s\n", t->name.c_str(), t->description.c_str());
-    return kExitOk;
-  }
-  const auto* t = registry.find(type);
-  if (t == nullptr) {
-    std::string near = registry.nearest(type);
-    std::fprintf(stderr, "swarmflow: unknown stage type '%s'%s\n", type.c_str(),
-                 near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+  std::string error;
+  const auto entries = swarmflow::cli::select_stages(registry, what, &error);
+  if (entries.empty()) {
+    std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
     return kExitInvalid;
   }
-  swarmflow::StageSpec spec;
-  registry.describe(type, spec);
-  std::printf("%s — %s\n", t->name.c_str(), t->description.c_str());
-  std::printf("\ninputs:\n");
-  if (spec.inputs().empty()) std::printf("  (none: a source)\n");
-  for (const auto& p : spec.inputs()) {
-    std::printf("  %-16s %-36s %s\n", p.name.c_str(), p.type.c_str(), p.description.c_str());
+  switch (format) {
+    case DescribeFormat::json:
+      std::fputs(swarmflow::cli::describe_json(entries).c_str(), stdout);
+      return kExitOk;
+    case DescribeFormat::markdown:
+      if (what.empty() || registry.find(what) != nullptr) {
+        std::fprintf(stderr, "swarmflow: --markdown writes the page of one pack: %s\n",
+                     what.empty() ? "name it" : ("'" + what + "' is a stage type").c_str());
+        return kExitInvalid;
+      }
+      std::fputs(swarmflow::cli::describe_markdown(what, entries).c_str(), stdout);
+      return kExitOk;
+    case DescribeFormat::text:
+      break;
   }
-  std::printf("\noutputs:\n");
-  if (spec.outputs().empty()) std::printf("  (none: a sink)\n");
-  for (const auto& p : spec.outputs()) {
-    std::printf("  %-16s %-36s %s\n", p.name.c_str(), p.type.c_str(), p.description.c_str());
+  if (what.empty()) {
+    for (const auto& e : entries) std::printf("%-24s %s\n", e.type->name.c_str(), e.type->description.c_str());
+    return kExitOk;
   }
-  std::printf("\nparameters:\n");
-  if (spec.params().empty()) std::printf("  (none)\n");
-  for (const auto& p : spec.params()) {
-    std::printf("  %-16s %-8s default %-10s %-16s %s\n", p.name.c_str(), swarmflow::to_string(p.kind),
-                swarmflow::to_string(p.default_value).c_str(), describe_range(p).c_str(), p.description.c_str());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0) std::fputs("\n\n", stdout);
+    std::fputs(swarmflow::cli::describe_text(entries[i]).c_str(), stdout);
   }
   return kExitOk;
 }
@@ -253,9 +253,15 @@ int main(int argc, char** argv) {
   auto* graph = app.add_subcommand("graph", "print a pipeline as Graphviz DOT");
   graph->add_option("file", graph_file, "pipeline definition (YAML)")->required();
 
-  std::string describe_type;
-  auto* describe = app.add_subcommand("describe", "list stage types, or show one's ports and parameters");
-  describe->add_option("type", describe_type, "stage type, e.g. sim.work");
+  std::string describe_what;
+  bool describe_json = false;
+  bool describe_markdown = false;
+  auto* describe = app.add_subcommand(
+      "describe", "list stage types, or show the ports, parameters and an example of one stage or a pack");
+  describe->add_option("type", describe_what, "stage type (sim.work) or pack (vision); none = all");
+  auto* json_flag = describe->add_flag("--json", describe_json, "print the stages as JSON");
+  describe->add_flag("--markdown", describe_markdown, "print a pack's page of docs/stages/ (Markdown)")
+      ->excludes(json_flag);
 
   try {
     app.parse(argc, argv);
@@ -271,6 +277,10 @@ int main(int argc, char** argv) {
   if (*validate) return cmd_validate(validate_file);
   if (*keygen) return cmd_keygen(keygen_path, keygen_force);
   if (*graph) return cmd_graph(graph_file);
-  if (*describe) return cmd_describe(describe_type);
+  if (*describe) {
+    return cmd_describe(describe_what, describe_json       ? DescribeFormat::json
+                                       : describe_markdown ? DescribeFormat::markdown
+                                                           : DescribeFormat::text);
+  }
   return kExitInvalid;
 }

@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 namespace swarmflow::cli {
 
@@ -34,6 +35,28 @@ std::map<std::string, std::uint64_t> drops_by_consumer(const RunReport& r) {
   return out;
 }
 
+/// The stages upstream of `sink` that run several replicas without a key:
+/// each may pass the envelopes of one stream to different replicas, which
+/// finish them in another order.
+std::vector<const StageReport*> unkeyed_parallel_upstream(const RunReport& r, const std::string& sink,
+                                                          const std::set<std::string>& keyed) {
+  std::vector<const StageReport*> out;
+  std::set<std::string> seen{sink};
+  std::vector<std::string> todo{sink};
+  while (!todo.empty()) {
+    const std::string id = todo.back();
+    todo.pop_back();
+    const StageReport* s = r.stage(id);
+    if (s != nullptr && id != sink && s->replicas > 1 && keyed.count(id) == 0) out.push_back(s);
+    for (const auto& e : r.edges) {
+      if (e.to.substr(0, e.to.find('/')) != id) continue;
+      const std::string from = e.from.substr(0, e.from.find('/'));
+      if (seen.insert(from).second) todo.push_back(from);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string progress_line(const RunReport& now, const RunReport& previous, double interval_s) {
@@ -51,7 +74,7 @@ std::string progress_line(const RunReport& now, const RunReport& previous, doubl
   return line;
 }
 
-std::string summary_table(const RunReport& r) {
+std::string summary_table(const RunReport& r, const std::set<std::string>& keyed) {
   std::string out;
   out += format("pipeline %s: %s in %.2f s\n", r.pipeline.c_str(), r.ok ? "ok" : "FAILED", r.duration_s);
   if (!r.error.empty()) out += format("  error: %s\n", r.error.c_str());
@@ -91,6 +114,30 @@ std::string summary_table(const RunReport& r) {
                   s.id.c_str(), counter("received", static_cast<std::int64_t>(s.processed)), counter("lost", 0),
                   counter("duplicate", 0), counter("reordered", 0), s.latency.p50_ms, s.latency.p99_ms,
                   s.latency.p999_ms, s.latency.max_ms);
+  }
+  for (const auto& s : r.stages) {
+    if (!s.sink || s.replicas <= 1 || keyed.count(s.id) != 0 || s.counters.count("lost") == 0) continue;
+    out += format("\n  %s: %d replicas without a key: each checks only the envelopes it gets, so lost and\n"
+                  "    reorder count the gaps between them. Use `key: stream` on it to check whole streams.\n",
+                  s.id.c_str(), s.replicas);
+  }
+  for (const auto& s : r.stages) {
+    auto it = s.counters.find("reordered");
+    if (!s.sink || it == s.counters.end() || it->second <= 0) continue;
+    const auto parallel = unkeyed_parallel_upstream(r, s.id, keyed);
+    if (parallel.empty()) {
+      out += format("\n  %s: reorder = envelopes of a stream that arrived after a later one of the same stream\n",
+                    s.id.c_str());
+      continue;
+    }
+    std::string stages;
+    for (const auto* p : parallel) {
+      stages += format("%s%s (%d replicas)", stages.empty() ? "" : ", ", p->id.c_str(), p->replicas);
+    }
+    out += format("\n  %s: reorder = envelopes of a stream that arrived after a later one of the same stream;\n"
+                  "    expected here, not a loss: %s %s no key, so one stream's envelopes take\n"
+                  "    several replicas and finish out of order. Use `key: stream` to keep each stream's order.\n",
+                  s.id.c_str(), stages.c_str(), parallel.size() == 1 ? "has" : "have");
   }
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/json_schema.hpp"
 #include "support/process.hpp"
 
 namespace {
@@ -34,6 +35,13 @@ Result run_cli(const TempDir& dir, const std::vector<std::string>& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+/// The report conforms to docs/report.schema.json.
+void expect_conforms(const nlohmann::json& report) {
+  const auto schema = nlohmann::json::parse(slurp(std::string(SWARMFLOW_SOURCE_DIR) + "/docs/report.schema.json"));
+  const auto problems = swarmflow::testing::schema_problems(schema, report);
+  EXPECT_TRUE(problems.empty()) << ::testing::PrintToString(problems);
 }
 
 void expect_conserved(const nlohmann::json& report) {
@@ -67,6 +75,7 @@ TEST(Cli, RunWritesAReportThatConservesEveryEdge) {
   EXPECT_TRUE(report["sinks"]["sink"]["latency_ms"].contains("p99"));
   ASSERT_EQ(report["edges"].size(), 2U);
   expect_conserved(report);
+  expect_conforms(report);
 }
 
 TEST(Cli, InvalidPipelineExitsWithTwoAndEveryMistakeWithItsPlace) {
@@ -106,6 +115,31 @@ TEST(Cli, ValidateGraphAndDescribe) {
   EXPECT_EQ(run_cli(dir, {"describe", "sim.wrk"}).exit_code, 2);
 }
 
+TEST(Cli, DescribeAPackAsJsonAndAsMarkdown) {
+  TempDir dir;
+  Result pack = run_cli(dir, {"describe", "vision"});
+  ASSERT_EQ(pack.exit_code, 0) << pack.err;
+  const auto all = nlohmann::json::parse(run_cli(dir, {"describe", "--json"}).out);
+  for (const auto& s : all["stages"]) {
+    if (s["pack"] != "vision") continue;
+    EXPECT_NE(pack.out.find(s["type"].get<std::string>() + " — "), std::string::npos) << s["type"];
+    EXPECT_NE(pack.out.find(s["example"].get<std::string>()), std::string::npos) << s["type"];
+  }
+  Result one = run_cli(dir, {"describe", "--json", "video.sink"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const auto doc = nlohmann::json::parse(one.out);
+  ASSERT_EQ(doc["stages"].size(), 1U);
+  bool optional = false;
+  for (const auto& p : doc["stages"][0]["inputs"]) optional = optional || p["optional"].get<bool>();
+  EXPECT_TRUE(optional) << one.out;
+  EXPECT_NE(run_cli(dir, {"describe", "video.sink"}).out.find("(optional)"), std::string::npos);
+  Result md = run_cli(dir, {"describe", "--markdown", "sim"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_EQ(md.out, slurp(std::string(SWARMFLOW_SOURCE_DIR) + "/docs/stages/sim.md"));
+  EXPECT_EQ(run_cli(dir, {"describe", "--markdown", "sim.work"}).exit_code, 2);
+  EXPECT_EQ(run_cli(dir, {"describe", "--json", "nothing"}).exit_code, 2);
+}
+
 TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
   TempDir dir;
   const std::string lines = dir.file("lines.jsonl");
@@ -136,6 +170,7 @@ TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
   auto r = nlohmann::json::parse(slurp(report));
   EXPECT_TRUE(r["finished"].get<bool>());
   expect_conserved(r);
+  expect_conforms(r);
   // The source is unpaced, so flow control holds it back and nothing is
   // dropped: every envelope it made before the signal reaches the sink.
   const auto produced = r["stages"]["src"]["processed"].get<std::int64_t>();

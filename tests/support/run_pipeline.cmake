@@ -1,12 +1,14 @@
 # cmake -DCLI=<swarmflow> -DCHECK=<swarmflow_report_check> -DPIPELINE=<file.yaml>
-#       -DREPORT=<report.json> -DDURATION=<seconds> -P run_pipeline.cmake
+#       -DREPORT=<report.json> -DSCHEMA=<report.schema.json> -DDURATION=<seconds>
+#       -P run_pipeline.cmake
 #
 # Runs a pipeline briefly through the CLI with --report, then checks the
-# report (report_check.hpp): ok, every edge conserved, every sink fed. Any
-# failing step stops the script with that step's output.
+# report (report_check.hpp): ok, every edge conserved, every sink fed, and
+# it conforms to docs/report.schema.json. Any failing step stops the script
+# with that step's output.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var CLI CHECK PIPELINE REPORT DURATION)
+foreach(var CLI CHECK PIPELINE REPORT SCHEMA DURATION)
   if(NOT ${var})
     message(FATAL_ERROR "run_pipeline.cmake: pass -D${var}=...")
   endif()
@@ -26,7 +28,7 @@ if(NOT rc EQUAL 0)
 endif()
 message(STATUS "${out}")
 
-execute_process(COMMAND "${CHECK}" "${REPORT}"
+execute_process(COMMAND "${CHECK}" "${REPORT}" "${SCHEMA}"
   RESULT_VARIABLE rc
   OUTPUT_VARIABLE out
   ERROR_VARIABLE out)

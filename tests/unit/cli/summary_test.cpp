@@ -1,0 +1,68 @@
+// The summary `swarmflow run` prints: a sink's reorder count comes with a
+// note saying what it means, and when it is expected.
+
+#include <gtest/gtest.h>
+
+#include "cli/progress.hpp"
+
+namespace {
+
+swarmflow::StageReport stage(const std::string& id, int replicas, bool sink = false) {
+  swarmflow::StageReport s;
+  s.id = id;
+  s.type = sink ? "sim.sink" : "sim.work";
+  s.replicas = replicas;
+  s.sink = sink;
+  return s;
+}
+
+swarmflow::EdgeReport edge(const std::string& from, const std::string& to) {
+  swarmflow::EdgeReport e;
+  e.from = from + "/out";
+  e.to = to + "/in";
+  e.overflow = "block";
+  return e;
+}
+
+/// source -> work (`work_replicas`) -> sink, with `reordered` at the sink.
+swarmflow::RunReport run(int work_replicas, std::int64_t reordered) {
+  swarmflow::RunReport r;
+  r.pipeline = "p";
+  r.stages = {stage("source", 1), stage("work", work_replicas), stage("sink", 1, true)};
+  r.stages[2].counters["reordered"] = reordered;
+  r.edges = {edge("source", "work"), edge("work", "sink")};
+  return r;
+}
+
+TEST(Summary, ReorderBehindAnUnkeyedParallelStageIsCalledExpected) {
+  const std::string text = swarmflow::cli::summary_table(run(3, 42), {});
+  EXPECT_NE(text.find("expected here, not a loss"), std::string::npos) << text;
+  EXPECT_NE(text.find("work (3 replicas)"), std::string::npos) << text;
+  EXPECT_NE(text.find("key: stream"), std::string::npos) << text;
+}
+
+TEST(Summary, ReorderBehindKeyedOrSingleStagesIsExplainedNotExcused) {
+  for (const auto& text : {swarmflow::cli::summary_table(run(3, 42), {"work"}),
+                           swarmflow::cli::summary_table(run(1, 42), {})}) {
+    EXPECT_NE(text.find("sink: reorder = envelopes of a stream that arrived after a later one"), std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("expected here"), std::string::npos) << text;
+  }
+}
+
+TEST(Summary, NoReorderNoNote) {
+  const std::string text = swarmflow::cli::summary_table(run(3, 0), {});
+  EXPECT_EQ(text.find("reorder ="), std::string::npos) << text;
+}
+
+TEST(Summary, AnUnkeyedSinkWithSeveralReplicasIsNamed) {
+  swarmflow::RunReport r = run(1, 0);
+  r.stages[2].replicas = 2;
+  r.stages[2].counters["lost"] = 8;
+  const std::string unkeyed = swarmflow::cli::summary_table(r, {});
+  EXPECT_NE(unkeyed.find("sink: 2 replicas without a key"), std::string::npos) << unkeyed;
+  const std::string keyed = swarmflow::cli::summary_table(r, {"sink"});
+  EXPECT_EQ(keyed.find("without a key"), std::string::npos) << keyed;
+}
+
+}  // namespace
