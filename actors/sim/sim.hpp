@@ -14,6 +14,10 @@
 /// sim.sink — input `in`. service_us (number).
 ///   Checks each stream's sequence numbers; counters received, lost, duplicate,
 ///   reordered. Keep one sink replica per stream (`key: stream`) for exact counts.
+///   `lost` counts the gaps seen: envelopes skipped by a later one of their
+///   stream. Drops after the last envelope a sink receives of a stream are not
+///   seen (nothing says how many the stream had); the edges' `dropped` counts
+///   every drop (docs/pipelines.md, "Counting drops").
 ///
 /// ```yaml
 /// stages:

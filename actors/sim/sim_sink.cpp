@@ -45,6 +45,8 @@ Status SimSink::process(Inputs& in, Outputs&, StageContext& ctx) {
     case SequenceChecker::Verdict::in_order:
       break;
     case SequenceChecker::Verdict::gap:
+      // Only a later envelope reveals a gap: what a producer drops after the
+      // last one this sink gets is counted by the edge, never here.
       lost_->fetch_add(static_cast<std::int64_t>(missing), std::memory_order_relaxed);
       break;
     case SequenceChecker::Verdict::late:

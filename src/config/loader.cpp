@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -71,13 +73,33 @@ const std::vector<std::string> kPlacementKeys = {"policy", "rebalance_above", "i
 const std::vector<std::string> kOverflows = {"block", "drop_oldest", "drop_newest"};
 const std::vector<std::string> kPolicies = {"static", "adaptive"};
 
-constexpr std::int64_t kMaxUnits = 4096;
+// -- limits on what a file may ask for (docs/pipelines.md, "Limits") ---
+// Each is checked before anything of that size is built, so a file cannot make
+// validation or a run allocate without bound.
+
+constexpr std::int64_t kMaxUnits = 256;                 // per pipeline; 8x the 32 units placement targets
+constexpr std::int64_t kMaxReplicas = 1024;             // per stage (its `replicas` or `max`)
+constexpr std::int64_t kMaxTotalReplicas = 100'000;     // per pipeline, the stages' `max` replicas summed
+constexpr std::int64_t kMaxStages = 100'000;            // per pipeline
+constexpr std::int64_t kMaxEdges = 4 * kMaxStages;      // per pipeline: producers named in all `inputs:`
+// The YAML parser holds some 75 bytes per byte of text, so the text is
+// bounded before it is parsed; 100,000 stages written out in full fit.
+constexpr std::int64_t kMaxFileBytes = 64ll << 20;
+// Nearest-name searches ("did you mean") compare names one pair at a time;
+// this many comparisons per file keep a file full of typos linear to check.
+constexpr std::size_t kNearestComparisons = 1'000'000;
+constexpr std::size_t kListedNames = 12;                // names a hint lists before "and N more"
+constexpr std::size_t kExampleOutputs = 3;              // producers a hint offers for an input
+constexpr std::size_t kCycleStagesShown = 12;           // stages a cycle's message names before eliding
+const char* const kUnitsLimitHint =
+    "ask for fewer units: stages share units, and a unit's `threads` gives it more workers";
+const char* const kReplicasLimitHint =
+    "ask for fewer replicas: a stage's replicas share the units' worker threads, so more than those rarely helps";
 // Messages between units: at least room for a frame header and a small
 // payload, at most the largest buffer FlatBuffers verifies (2^31 - 2).
 constexpr std::int64_t kMinMessageBytes = 4096;
 constexpr std::int64_t kMaxMessageBytes = (1ll << 31) - 2;
 constexpr std::int64_t kMaxPackBelowBytes = 16384;  // a pack frame is at most 64 KiB
-constexpr std::int64_t kMaxReplicas = 4096;
 constexpr std::int64_t kMaxCapacity = 1'000'000;
 constexpr std::int64_t kMaxThreads = 4096;
 
@@ -94,19 +116,31 @@ std::string join(const std::vector<std::string>& items, const char* separator = 
 
 std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
 
+/// At most kListedNames of `items`, then how many more there are.
+std::string join_some(const std::vector<std::string>& items) {
+  if (items.size() <= kListedNames) return join(items);
+  const std::vector<std::string> first(items.begin(), items.begin() + kListedNames);
+  return join(first) + " and " + std::to_string(items.size() - kListedNames) + " more";
+}
+
 /// The candidate closest to `name`, or empty when none is close enough to be
 /// a plausible typo (the same threshold as Registry::nearest).
 std::string nearest_of(std::string_view name, const std::vector<std::string>& candidates) {
   std::string best;
   std::size_t best_distance = std::string::npos;
+  const std::size_t threshold = std::max<std::size_t>(3, name.size() / 2);
   for (const auto& candidate : candidates) {
+    // The distance is at least the difference in length: skip the hopeless.
+    const std::size_t floor = candidate.size() > name.size() ? candidate.size() - name.size()
+                                                             : name.size() - candidate.size();
+    if (floor > threshold || floor >= best_distance) continue;
     const std::size_t d = edit_distance(name, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;
     }
   }
-  if (best_distance > std::max<std::size_t>(3, name.size() / 2)) return {};
+  if (best_distance > threshold) return {};
   return best;
 }
 
@@ -115,7 +149,7 @@ std::string suggest(std::string_view name, const std::vector<std::string>& candi
                     const std::string& list_intro) {
   const std::string best = nearest_of(name, candidates);
   if (!best.empty()) return "did you mean " + in_quotes(best) + "?";
-  return list_intro + join(candidates);
+  return list_intro + join_some(candidates);
 }
 
 bool is_identifier(std::string_view text) {
@@ -188,12 +222,15 @@ struct Entry {
 /// The entries of a map in file order.
 struct Entries {
   std::vector<Entry> items;
+  std::unordered_map<std::string, std::size_t> index;  ///< name -> position in items
 
-  const Entry* find(std::string_view name) const {
-    for (const auto& e : items) {
-      if (e.name == name) return &e;
-    }
-    return nullptr;
+  const Entry* find(const std::string& name) const {
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &items[it->second];
+  }
+  void add(Entry entry) {
+    index.emplace(entry.name, items.size());
+    items.push_back(std::move(entry));
   }
 };
 
@@ -263,7 +300,7 @@ bool accepts(const PortInfo& input, const PortInfo& output) {
 struct StageFacts {
   bool id_ok = false;                  ///< a well-formed id that is not a duplicate
   bool type_known = false;             ///< `ports` holds the type's declared ports
-  StageSpec ports;                     ///< from Registry::describe; ports only
+  const StageSpec* ports = nullptr;    ///< from Registry::describe, one per type; ports only
   SourceLoc inputs_loc;                ///< of the `inputs:` key, if any
   std::set<std::string> named_inputs;  ///< input ports the definition mentions
 };
@@ -285,7 +322,16 @@ class Loader {
     spec_.file = file_;
   }
 
+  /// False, with a diagnostic, when a definition of `bytes` is too large to parse.
+  bool size_allowed(std::uintmax_t bytes) {
+    if (bytes <= static_cast<std::uintmax_t>(kMaxFileBytes)) return true;
+    report_limit({1, 1}, "file: " + std::to_string(bytes) + " bytes", kMaxFileBytes, "bytes per definition",
+                 "a definition of 100,000 stages fits in far less; is this the right file?");
+    return false;
+  }
+
   std::optional<PipelineSpec> load(const std::string& text) {
+    if (!size_allowed(text.size())) return std::nullopt;
     YAML::Node root;
     try {
       root = YAML::Load(text);
@@ -348,7 +394,7 @@ class Loader {
                "remove one of them; the first is at line " + std::to_string(first->key_loc().line));
         continue;
       }
-      entries.items.push_back(std::move(entry));
+      entries.add(std::move(entry));
     }
     return entries;
   }
@@ -374,6 +420,37 @@ class Loader {
              what + " must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
                  std::to_string(*value),
              hint);
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  /// Reports `asked` (what the file asks for, e.g. "units: 4096") as over `limit`.
+  void report_limit(SourceLoc where, const std::string& asked, std::int64_t limit, const std::string& per,
+                    const std::string& hint) {
+    report(where, asked + " is over the limit of " + std::to_string(limit) + " " + per,
+           hint + "; docs/pipelines.md lists the limits");
+  }
+
+  /// A count the file asks for: an integer of at least `min`, and at most
+  /// `limit`. Above it the message reads "NAME: VALUE OF is over the limit of
+  /// LIMIT PER", e.g. "replicas: 5000 of stage 'a' ... 1024 replicas per stage".
+  std::optional<std::int64_t> read_count(const Entry& e, const std::string& what, const std::string& name,
+                                         const std::string& of, std::int64_t min, std::int64_t limit,
+                                         const std::string& per, const std::string& hint,
+                                         const std::string& limit_hint) {
+    auto value = read_integer(e, what, std::numeric_limits<std::int64_t>::min(),
+                              std::numeric_limits<std::int64_t>::max(), hint);
+    if (!value) return std::nullopt;
+    if (*value < min) {
+      report(e.value_loc(),
+             what + " must be between " + std::to_string(min) + " and " + std::to_string(limit) + ", got " +
+                 std::to_string(*value),
+             hint);
+      return std::nullopt;
+    }
+    if (*value > limit) {
+      report_limit(e.value_loc(), name + ": " + std::to_string(*value) + of, limit, per, limit_hint);
       return std::nullopt;
     }
     return value;
@@ -448,13 +525,18 @@ class Loader {
     if (e == nullptr) {
       spec_.units.push_back(UnitDecl{"u0", {}, 0, 1.0, {}});
     } else if (e->value.IsScalar()) {
-      auto count = read_integer(*e, "'units'", 1, kMaxUnits,
-                                "give a number of units, or a list of `{id, endpoint, threads, speed}`");
+      auto count = read_count(*e, "'units'", "units", "", 1, kMaxUnits, "units per pipeline",
+                              "give a number of units, or a list of `{id, endpoint, threads, speed}`",
+                              kUnitsLimitHint);
       for (std::int64_t i = 0; count && i < *count; ++i) {
         spec_.units.push_back(UnitDecl{"u" + std::to_string(i), {}, 0, 1.0, {}});
       }
+    } else if (e->value.IsSequence() && e->value.size() > static_cast<std::size_t>(kMaxUnits)) {
+      report_limit(e->value_loc(), "units: a list of " + std::to_string(e->value.size()), kMaxUnits,
+                   "units per pipeline", kUnitsLimitHint);
     } else if (e->value.IsSequence() && e->value.size() > 0) {
-      for (std::size_t i = 0; i < e->value.size(); ++i) read_unit(e->value[i], i);
+      std::size_t i = 0;
+      for (const auto& unit : e->value) read_unit(unit, i++);
     } else {
       report(e->value_loc(), "'units' must be a number or a list of units, got " + shown(e->value),
              "write `units: 4`, or a list of `{id, endpoint, threads, speed}`");
@@ -528,8 +610,47 @@ class Loader {
       report(e->value_loc(), "'stages' is empty", "add at least one stage");
       return;
     }
-    for (std::size_t i = 0; i < e->value.size(); ++i) read_stage(e->value[i], i);
+    if (e->value.size() > static_cast<std::size_t>(kMaxStages)) {
+      report_limit(e->key_loc(), "stages: a list of " + std::to_string(e->value.size()), kMaxStages,
+                   "stages per pipeline", "split the pipeline, or give a stage more replicas instead of copies");
+      return;
+    }
+    spec_.stages.reserve(e->value.size());
+    facts_.reserve(e->value.size());
+    std::size_t i = 0;
+    for (const auto& stage : e->value) read_stage(stage, i++);
     stages_read_ = true;
+    check_totals();
+  }
+
+  /// The limits on the whole pipeline: replicas and edges of all stages.
+  void check_totals() {
+    std::int64_t replicas = 0;
+    std::int64_t edges = 0;
+    bool replicas_reported = false;
+    for (std::size_t i = 0; i < spec_.stages.size(); ++i) {
+      const StageDecl& decl = spec_.stages[i];
+      replicas += decl.max_replicas;
+      if (replicas > kMaxTotalReplicas && !replicas_reported) {
+        replicas_reported = true;
+        std::int64_t total = 0;
+        for (const auto& d : spec_.stages) total += d.max_replicas;
+        report_limit(decl.loc, "replicas: " + std::to_string(total) + " in all stages", kMaxTotalReplicas,
+                     "replicas per pipeline",
+                     "the total passes the limit at " + stage_name(decl, i) + "; give stages fewer replicas");
+      }
+      const auto before = edges;
+      edges += static_cast<std::int64_t>(decl.inputs.size());
+      if (before <= kMaxEdges && edges > kMaxEdges) {
+        std::int64_t total = 0;
+        for (const auto& d : spec_.stages) total += static_cast<std::int64_t>(d.inputs.size());
+        const InputDecl& crossing = decl.inputs[static_cast<std::size_t>(kMaxEdges - before)];
+        report_limit(crossing.loc, "edges: " + std::to_string(total) + " producers named in all inputs",
+                     kMaxEdges, "edges per pipeline",
+                     "the total passes the limit here, at " + stage_name(decl, i) +
+                         "; connect fewer producers to each input");
+      }
+    }
   }
 
   void read_stage(const YAML::Node& node, std::size_t index) {
@@ -612,13 +733,21 @@ class Loader {
                  "`swarmflow describe` lists the registered types");
       return;
     }
-    facts.type_known = registry_.describe(*type, facts.ports).ok();
+    auto known = ports_of_type_.find(*type);
+    if (known == ports_of_type_.end()) {
+      StageSpec ports;
+      if (!registry_.describe(*type, ports).ok()) return;
+      known = ports_of_type_.emplace(*type, std::move(ports)).first;
+    }
+    facts.ports = &known->second;
+    facts.type_known = true;
   }
 
   void read_replicas(const Entry& e, StageDecl& decl, const std::string& what) {
     const std::string hint = "give a number of replicas (1 or more), or `{min: N, max: M}`";
     if (!e.value.IsMap()) {
-      if (auto n = read_integer(e, "'replicas' of " + what, 1, kMaxReplicas, hint)) {
+      if (auto n = read_count(e, "'replicas' of " + what, "replicas", " of " + what, 1, kMaxReplicas,
+                              "replicas per stage", hint, kReplicasLimitHint)) {
         decl.replicas = decl.min_replicas = decl.max_replicas = static_cast<int>(*n);
       }
       return;
@@ -628,10 +757,12 @@ class Loader {
     std::optional<std::int64_t> min = 1;
     std::optional<std::int64_t> max;
     if (const Entry* m = entries->find("min")) {
-      min = read_integer(*m, "'min' replicas of " + what, 1, kMaxReplicas, hint);
+      min = read_count(*m, "'min' replicas of " + what, "min replicas", " of " + what, 1, kMaxReplicas,
+                       "replicas per stage", hint, kReplicasLimitHint);
     }
     if (const Entry* m = entries->find("max")) {
-      max = read_integer(*m, "'max' replicas of " + what, 1, kMaxReplicas, hint);
+      max = read_count(*m, "'max' replicas of " + what, "max replicas", " of " + what, 1, kMaxReplicas,
+                       "replicas per stage", hint, kReplicasLimitHint);
     }
     if (!min || (entries->find("max") != nullptr && !max)) return;
     if (!max) max = min;
@@ -696,23 +827,47 @@ class Loader {
     if (!entries) return;
     for (const auto& entry : entries->items) {
       facts.named_inputs.insert(entry.name);
-      if (facts.type_known && facts.ports.input_index(entry.name) < 0) {
-        const auto& inputs = facts.ports.inputs();
+      if (facts.type_known && facts.ports->input_index(entry.name) < 0) {
+        const auto& inputs = facts.ports->inputs();
         report(entry.key_loc(), decl.type + " has no input " + in_quotes(entry.name),
                inputs.empty() ? decl.type + " is a source and takes no inputs; remove `inputs:`"
                               : decl.type + " inputs: " + join(port_names(inputs)));
       }
-      read_input(entry, decl);
+      read_input(entry, decl, what);
     }
   }
 
-  void read_input(const Entry& e, StageDecl& decl) {
+  void read_input(const Entry& e, StageDecl& decl, const std::string& what) {
     if (e.value.IsSequence() && e.value.size() > 0) {
-      // Fan-in: several producers feed one port.
-      for (std::size_t i = 0; i < e.value.size(); ++i) read_input_source(e.name, e.value[i], decl);
+      // Fan-in: several producers feed one port, each once.
+      const std::size_t first = decl.inputs.size();
+      for (const auto& item : e.value) read_input_source(e.name, item, decl);
+      refuse_repeated_producers(decl, first, what);
       return;
     }
     read_input_source(e.name, e.value, decl);
+  }
+
+  /// A producer listed twice on one input would deliver each envelope twice.
+  /// Reports and drops every repeat among decl.inputs[first..].
+  void refuse_repeated_producers(StageDecl& decl, std::size_t first, const std::string& what) {
+    std::unordered_map<std::string, SourceLoc> seen;
+    std::size_t kept = first;
+    for (std::size_t i = first; i < decl.inputs.size(); ++i) {
+      InputDecl& in = decl.inputs[i];
+      const std::string source = in.from_stage + "/" + in.from_port;
+      auto [it, inserted] = seen.emplace(source, in.loc);
+      if (!inserted) {
+        report(in.loc,
+               "input " + in_quotes(in.port) + " of " + what + " lists producer " + in_quotes(source) + " twice",
+               "list each producer once: twice would deliver each of its envelopes twice; the first is at line " +
+                   std::to_string(it->second.line) + ", column " + std::to_string(it->second.column));
+        continue;
+      }
+      if (kept != i) decl.inputs[kept] = std::move(in);
+      ++kept;
+    }
+    decl.inputs.resize(kept);
   }
 
   void read_input_source(const std::string& port, const YAML::Node& value, StageDecl& decl) {
@@ -804,7 +959,7 @@ class Loader {
         decl.join.timeout_ms = static_cast<int>(*ms);
       }
     }
-    if (facts.type_known && facts.ports.inputs().size() < 2) {
+    if (facts.type_known && facts.ports->inputs().size() < 2) {
       report(e.key_loc(), what + " has fewer than two inputs, so there is nothing to join", "remove `join:`");
     }
   }
@@ -823,8 +978,12 @@ class Loader {
              "write `units: [u0, u1]`");
       return;
     }
-    std::vector<std::string> unit_ids;
-    for (const auto& unit : spec_.units) unit_ids.push_back(unit.id);
+    if (unit_ids_.empty()) {
+      for (const auto& unit : spec_.units) {
+        unit_ids_.push_back(unit.id);
+        unit_id_set_.insert(unit.id);
+      }
+    }
     for (const auto& item : u->value) {
       if (!item.IsScalar()) {
         report(loc_of(item), "a unit of the placement of " + what + " is " + shown(item) + ", not a unit id",
@@ -832,9 +991,9 @@ class Loader {
         continue;
       }
       const std::string& id = item.Scalar();
-      if (units_ok_ && std::find(unit_ids.begin(), unit_ids.end(), id) == unit_ids.end()) {
+      if (units_ok_ && unit_id_set_.count(id) == 0) {
         report(loc_of(item), what + " is pinned to unknown unit " + in_quotes(id),
-               suggest(id, unit_ids, "units are: "));
+               suggest_within_budget(id, unit_ids_, "units are: "));
         continue;
       }
       decl.pin_units.push_back(id);
@@ -973,10 +1132,24 @@ class Loader {
     check_cycles(links);
   }
 
-  std::vector<std::string> stage_ids() const {
-    std::vector<std::string> ids;
-    for (const auto& [id, index] : first_stage_) ids.push_back(id);
-    return ids;
+  /// "did you mean" among `candidates` while the file's budget of name
+  /// comparisons lasts; then, or with none close, a short list of them.
+  std::string suggest_within_budget(const std::string& name, const std::vector<std::string>& candidates,
+                                    const std::string& list_intro) {
+    if (candidates.size() <= nearest_budget_) {
+      nearest_budget_ -= candidates.size();
+      return suggest(name, candidates, list_intro);
+    }
+    return list_intro + join_some(candidates);
+  }
+
+  /// Stage ids in sorted order, made once.
+  const std::vector<std::string>& stage_ids() {
+    if (stage_ids_.empty()) {
+      stage_ids_.reserve(first_stage_.size());
+      for (const auto& [id, index] : first_stage_) stage_ids_.push_back(id);
+    }
+    return stage_ids_;
   }
 
   /// Resolves every `stage/port` source and checks port names and types.
@@ -991,7 +1164,7 @@ class Loader {
           report(in.loc,
                  "input " + in_quotes(in.port) + " of stage " + in_quotes(consumer.id) +
                      " comes from unknown stage " + in_quotes(in.from_stage),
-                 suggest(in.from_stage, stage_ids(), "stages are: "));
+                 suggest_within_budget(in.from_stage, stage_ids(), "stages are: "));
           continue;
         }
         links.push_back(Link{it->second, to, k});
@@ -1004,9 +1177,9 @@ class Loader {
   void check_ports(const InputDecl& in, const StageDecl& consumer, const StageFacts& consumer_facts,
                    const StageDecl& producer, const StageFacts& producer_facts) {
     if (!producer_facts.type_known) return;
-    const int out = producer_facts.ports.output_index(in.from_port);
+    const int out = producer_facts.ports->output_index(in.from_port);
     if (out < 0) {
-      const auto& outputs = producer_facts.ports.outputs();
+      const auto& outputs = producer_facts.ports->outputs();
       report(in.loc,
              "stage " + in_quotes(producer.id) + " (" + producer.type + ") has no output " +
                  in_quotes(in.from_port),
@@ -1015,10 +1188,10 @@ class Loader {
       return;
     }
     if (!consumer_facts.type_known) return;
-    const int index = consumer_facts.ports.input_index(in.port);
+    const int index = consumer_facts.ports->input_index(in.port);
     if (index < 0) return;
-    const PortInfo& output = producer_facts.ports.outputs()[static_cast<std::size_t>(out)];
-    const PortInfo& input = consumer_facts.ports.inputs()[static_cast<std::size_t>(index)];
+    const PortInfo& output = producer_facts.ports->outputs()[static_cast<std::size_t>(out)];
+    const PortInfo& input = consumer_facts.ports->inputs()[static_cast<std::size_t>(index)];
     if (!accepts(input, output)) {
       report(in.loc,
              "port type mismatch: " + producer.id + "/" + output.name + " carries " + output.type +
@@ -1029,16 +1202,33 @@ class Loader {
     }
   }
 
-  /// " (e.g. a/out, b/out)" for the outputs that `input` accepts, or nothing.
-  std::string compatible_outputs(const PortInfo& input, const std::string& consumer_id) const {
+  /// " (e.g. a/out, b/out)" for up to kExampleOutputs outputs that `input`
+  /// accepts, in file order, or nothing.
+  std::string compatible_outputs(const PortInfo& input, const std::string& consumer_id) {
+    if (!outputs_indexed_) index_outputs();
+    const std::vector<std::string>& candidates = input.type == "*" ? any_outputs_ : outputs_by_type_[input.type];
     std::vector<std::string> names;
-    for (std::size_t i = 0; i < spec_.stages.size(); ++i) {
-      if (!facts_[i].type_known || !facts_[i].id_ok || spec_.stages[i].id == consumer_id) continue;
-      for (const auto& output : facts_[i].ports.outputs()) {
-        if (accepts(input, output)) names.push_back(spec_.stages[i].id + "/" + output.name);
-      }
+    const std::string own = consumer_id + "/";
+    for (const auto& name : candidates) {
+      if (name.compare(0, own.size(), own) == 0) continue;
+      if (names.size() < kExampleOutputs) names.push_back(name);
     }
     return names.empty() ? std::string() : " (e.g. " + join(names) + ")";
+  }
+
+  /// The first outputs of each type (one more than a hint shows, in case one
+  /// is the consumer's own), so that a hint costs nothing per stage.
+  void index_outputs() {
+    outputs_indexed_ = true;
+    for (std::size_t i = 0; i < spec_.stages.size(); ++i) {
+      if (!facts_[i].type_known || !facts_[i].id_ok) continue;
+      for (const auto& output : facts_[i].ports->outputs()) {
+        const std::string name = spec_.stages[i].id + "/" + output.name;
+        auto& of_type = outputs_by_type_[output.type];
+        if (of_type.size() <= kExampleOutputs) of_type.push_back(name);
+        if (any_outputs_.size() <= kExampleOutputs) any_outputs_.push_back(name);
+      }
+    }
   }
 
   /// Every declared input of a stage must be connected.
@@ -1047,7 +1237,7 @@ class Loader {
       const StageDecl& decl = spec_.stages[i];
       const StageFacts& facts = facts_[i];
       if (!facts.type_known) continue;
-      for (const auto& input : facts.ports.inputs()) {
+      for (const auto& input : facts.ports->inputs()) {
         if (input.optional || facts.named_inputs.count(input.name) != 0) continue;
         report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
                "input " + in_quotes(input.name) + " of stage " + in_quotes(decl.id) + " is not connected",
@@ -1065,60 +1255,76 @@ class Loader {
     for (const auto& link : links) {
       if (!spec_.stages[link.to].feedback) next[link.from].push_back(link.to);
     }
-    for (const auto& component : cycles_of(next)) report_cycle(component, next, links);
+    std::vector<std::size_t> parent(n, std::numeric_limits<std::size_t>::max());
+    for (const auto& component : cycles_of(next)) report_cycle(component, next, parent);
   }
 
-  /// Strongly connected components that contain a cycle (Tarjan), each sorted
-  /// by stage index; components in order of their first stage.
+  /// Strongly connected components that contain a cycle (Tarjan's algorithm
+  /// with an explicit stack, so that no chain is too long for it), each
+  /// sorted by stage index; components in order of their first stage.
   static std::vector<std::vector<std::size_t>> cycles_of(const std::vector<std::vector<std::size_t>>& next) {
     const std::size_t n = next.size();
     const std::size_t unvisited = std::numeric_limits<std::size_t>::max();
     std::vector<std::size_t> order(n, unvisited);
     std::vector<std::size_t> low(n, 0);
     std::vector<bool> on_stack(n, false);
-    std::vector<std::size_t> stack;
+    std::vector<std::size_t> stack;                           // Tarjan's stack of open stages
+    std::vector<std::pair<std::size_t, std::size_t>> path;    // (stage, next successor to look at)
     std::vector<std::vector<std::size_t>> out;
     std::size_t counter = 0;
-    std::function<void(std::size_t)> visit = [&](std::size_t v) {
+    auto open = [&](std::size_t v) {
       order[v] = low[v] = counter++;
       stack.push_back(v);
       on_stack[v] = true;
-      for (std::size_t w : next[v]) {
-        if (order[w] == unvisited) {
-          visit(w);
-          low[v] = std::min(low[v], low[w]);
-        } else if (on_stack[w]) {
-          low[v] = std::min(low[v], order[w]);
+      path.emplace_back(v, 0);
+    };
+    for (std::size_t root = 0; root < n; ++root) {
+      if (order[root] != unvisited) continue;
+      open(root);
+      while (!path.empty()) {
+        auto& [v, k] = path.back();
+        if (k < next[v].size()) {
+          const std::size_t w = next[v][k++];
+          if (order[w] == unvisited) {
+            open(w);  // invalidates v and k; the loop reads them afresh
+          } else if (on_stack[w]) {
+            low[v] = std::min(low[v], order[w]);
+          }
+          continue;
+        }
+        const std::size_t done = v;
+        path.pop_back();
+        if (!path.empty()) {
+          const std::size_t parent = path.back().first;
+          low[parent] = std::min(low[parent], low[done]);
+        }
+        if (low[done] != order[done]) continue;
+        std::vector<std::size_t> component;
+        std::size_t w = 0;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = false;
+          component.push_back(w);
+        } while (w != done);
+        const bool self_loop = std::find(next[done].begin(), next[done].end(), done) != next[done].end();
+        if (component.size() > 1 || self_loop) {
+          std::sort(component.begin(), component.end());
+          out.push_back(std::move(component));
         }
       }
-      if (low[v] != order[v]) return;
-      std::vector<std::size_t> component;
-      std::size_t w = 0;
-      do {
-        w = stack.back();
-        stack.pop_back();
-        on_stack[w] = false;
-        component.push_back(w);
-      } while (w != v);
-      const bool self_loop = std::find(next[v].begin(), next[v].end(), v) != next[v].end();
-      if (component.size() > 1 || self_loop) {
-        std::sort(component.begin(), component.end());
-        out.push_back(std::move(component));
-      }
-    };
-    for (std::size_t v = 0; v < n; ++v) {
-      if (order[v] == unvisited) visit(v);
     }
-    std::sort(out.begin(), out.end());
+    std::sort(out.begin(), out.end(),
+              [](const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) { return a.front() < b.front(); });
     return out;
   }
 
-  /// Reports one cycle of `component`: the shortest one through its first stage.
-  void report_cycle(const std::vector<std::size_t>& component,
-                    const std::vector<std::vector<std::size_t>>& next, const std::vector<Link>& links) {
+  /// Reports one cycle of `component`: the shortest one through its first
+  /// stage. `parent` is scratch space of one entry per stage, all `none`.
+  void report_cycle(const std::vector<std::size_t>& component, const std::vector<std::vector<std::size_t>>& next,
+                    std::vector<std::size_t>& parent) {
     const std::size_t start = component.front();
     const std::size_t none = std::numeric_limits<std::size_t>::max();
-    std::vector<std::size_t> parent(next.size(), none);
     std::vector<std::size_t> queue{start};
     std::size_t last = none;  // the stage whose output closes the cycle into `start`
     for (std::size_t head = 0; head < queue.size() && last == none; ++head) {
@@ -1134,21 +1340,40 @@ class Loader {
         }
       }
     }
-    std::vector<std::size_t> path{start};
-    for (std::size_t v = last; v != start; v = parent[v]) path.insert(path.begin() + 1, v);
-    std::string text;
-    for (std::size_t v : path) text += spec_.stages[v].id + " -> ";
-    text += spec_.stages[start].id;
-    SourceLoc where = spec_.stages[start].loc;
-    for (const auto& link : links) {
-      if (link.from == last && link.to == start) {
-        where = spec_.stages[start].inputs[link.input].loc;
-        break;
-      }
-    }
-    report(where, "cycle " + text + " without `feedback: true`",
+    std::vector<std::size_t> path;
+    for (std::size_t v = last; v != start; v = parent[v]) path.push_back(v);
+    path.push_back(start);
+    std::reverse(path.begin(), path.end());
+    for (std::size_t v : queue) parent[v] = none;
+    report(closing_input(start, last), "cycle " + cycle_text(path) + " without `feedback: true`",
            "mark the stage that takes the loop-back input with `feedback: true` (here " +
                in_quotes(spec_.stages[start].id) + "), or remove an edge of the cycle");
+  }
+
+  /// Where `last` feeds `start`: that input's `stage/port`, else the stage.
+  SourceLoc closing_input(std::size_t start, std::size_t last) const {
+    for (const auto& in : spec_.stages[start].inputs) {
+      auto it = first_stage_.find(in.from_stage);
+      if (it != first_stage_.end() && it->second == last) return in.loc;
+    }
+    return spec_.stages[start].loc;
+  }
+
+  /// "a -> b -> a"; a long cycle names its first and last stages and how
+  /// many lie between.
+  std::string cycle_text(const std::vector<std::size_t>& path) const {
+    std::string text;
+    const std::size_t head = kCycleStagesShown / 2;
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      if (path.size() > kCycleStagesShown && i == head) {
+        const std::size_t skipped = path.size() - kCycleStagesShown;
+        text += "... (" + std::to_string(skipped) + " more stages) -> ";
+        i += skipped - 1;
+        continue;
+      }
+      text += spec_.stages[path[i]].id + " -> ";
+    }
+    return text + spec_.stages[path.front()].id;
   }
 
   std::string file_;
@@ -1158,6 +1383,14 @@ class Loader {
   PipelineSpec spec_;
   std::vector<StageFacts> facts_;                   ///< parallel to spec_.stages
   std::map<std::string, std::size_t> first_stage_;  ///< stage id -> index of its first definition
+  std::unordered_map<std::string, StageSpec> ports_of_type_;  ///< type -> its declared ports
+  std::vector<std::string> stage_ids_;              ///< first_stage_'s keys, once needed
+  std::size_t nearest_budget_ = kNearestComparisons;
+  bool outputs_indexed_ = false;
+  std::unordered_map<std::string, std::vector<std::string>> outputs_by_type_;  ///< type -> first outputs
+  std::vector<std::string> any_outputs_;                                        ///< first outputs of any type
+  std::vector<std::string> unit_ids_;                                           ///< once stages pin units
+  std::unordered_set<std::string> unit_id_set_;
   bool units_ok_ = false;
   bool stages_read_ = false;
 };
@@ -1180,6 +1413,9 @@ std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Re
                    "check the path; a relative path starts at the current directory"});
     return std::nullopt;
   }
+  // A file too large to parse is refused before it is read.
+  const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && !Loader(path, registry, diagnostics).size_allowed(bytes)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();

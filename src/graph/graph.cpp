@@ -1,31 +1,73 @@
 #include "graph/graph.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace swarmflow::graph {
 
 namespace {
 
-/// True when `target` can be reached from `start` along the edges.
-bool reaches(const Graph& g, int start, int target) {
-  std::vector<bool> seen(g.nodes.size(), false);
-  std::vector<int> todo{start};
-  seen[static_cast<std::size_t>(start)] = true;
-  while (!todo.empty()) {
-    const int v = todo.back();
-    todo.pop_back();
-    if (v == target) return true;
-    for (int id : g.nodes[static_cast<std::size_t>(v)].out_edges) {
-      const int w = g.edges[static_cast<std::size_t>(id)].to_node;
-      if (!seen[static_cast<std::size_t>(w)]) {
-        seen[static_cast<std::size_t>(w)] = true;
-        todo.push_back(w);
+/// The strongly connected component of every node (Tarjan's algorithm with an
+/// explicit stack, so that no chain is too long for it). Two nodes share a
+/// component exactly when each reaches the other.
+std::vector<int> components(const Graph& g) {
+  const std::size_t n = g.nodes.size();
+  const int unvisited = -1;
+  std::vector<int> order(n, unvisited);
+  std::vector<int> low(n, 0);
+  std::vector<int> component(n, -1);
+  std::vector<bool> on_stack(n, false);
+  std::vector<int> stack;                     // Tarjan's stack of open nodes
+  std::vector<std::pair<int, std::size_t>> path;  // (node, next out-edge to follow)
+  int counter = 0;
+  int components = 0;
+  auto open = [&](int v) {
+    const auto i = static_cast<std::size_t>(v);
+    order[i] = low[i] = counter++;
+    stack.push_back(v);
+    on_stack[i] = true;
+    path.emplace_back(v, 0);
+  };
+  for (std::size_t root = 0; root < n; ++root) {
+    if (order[root] != unvisited) continue;
+    open(static_cast<int>(root));
+    while (!path.empty()) {
+      auto& [v, k] = path.back();
+      const auto vi = static_cast<std::size_t>(v);
+      const auto& out = g.nodes[vi].out_edges;
+      if (k < out.size()) {
+        const int w = g.edges[static_cast<std::size_t>(out[k++])].to_node;
+        const auto wi = static_cast<std::size_t>(w);
+        if (order[wi] == unvisited) {
+          open(w);  // invalidates v and k; the loop reads them afresh
+        } else if (on_stack[wi]) {
+          low[vi] = std::min(low[vi], order[wi]);
+        }
+        continue;
       }
+      const int done = v;
+      path.pop_back();
+      const auto di = static_cast<std::size_t>(done);
+      if (!path.empty()) {
+        const auto pi = static_cast<std::size_t>(path.back().first);
+        low[pi] = std::min(low[pi], low[di]);
+      }
+      if (low[di] != order[di]) continue;
+      int w = 0;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[static_cast<std::size_t>(w)] = false;
+        component[static_cast<std::size_t>(w)] = components;
+      } while (w != done);
+      ++components;
     }
   }
-  return false;
+  return component;
 }
 
 /// Text inside a DOT double-quoted string.
@@ -55,6 +97,7 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
     node.index = static_cast<int>(i);
     node.decl = &spec.stages[i];
     registry.describe(node.decl->type, node.spec);
+    g.ids_.emplace(node.decl->id, node.index);
   }
   for (std::size_t to = 0; to < g.nodes.size(); ++to) {
     const config::StageDecl& consumer = *g.nodes[to].decl;
@@ -80,19 +123,20 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
     }
   }
   // An edge into a `feedback: true` stage is a feedback edge when it closes a
-  // cycle; the stage's other inputs stay ordinary forward edges.
+  // cycle (its consumer reaches its producer: both are in one component);
+  // the stage's other inputs stay ordinary forward edges.
+  const std::vector<int> component = components(g);
   for (auto& edge : g.edges) {
     const bool feedback_stage = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->feedback;
-    edge.feedback = feedback_stage && reaches(g, edge.to_node, edge.from_node);
+    edge.feedback = feedback_stage && component[static_cast<std::size_t>(edge.to_node)] ==
+                                          component[static_cast<std::size_t>(edge.from_node)];
   }
   return g;
 }
 
 int Graph::find(const std::string& stage_id) const {
-  for (const auto& node : nodes) {
-    if (node.decl->id == stage_id) return node.index;
-  }
-  return -1;
+  auto it = ids_.find(stage_id);
+  return it == ids_.end() ? -1 : it->second;
 }
 
 std::string Graph::from_name(const Edge& edge) const {

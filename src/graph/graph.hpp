@@ -2,6 +2,7 @@
 // The validated graph: stages with their declared ports, and typed edges.
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <swarmflow/registry.hpp>
@@ -52,6 +53,9 @@ struct Graph {
   /// Graphviz DOT: one node per stage (type and replicas), one edge per
   /// connection labelled with ports, type and queue.
   std::string to_dot(const std::string& name) const;
+
+ private:
+  std::unordered_map<std::string, int> ids_;  ///< stage id -> node index
 };
 
 }  // namespace swarmflow::graph

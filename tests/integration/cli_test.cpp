@@ -140,6 +140,37 @@ TEST(Cli, DescribeAPackAsJsonAndAsMarkdown) {
   EXPECT_EQ(run_cli(dir, {"describe", "--json", "nothing"}).exit_code, 2);
 }
 
+TEST(Cli, ValidatesAHundredThousandStageChain) {
+  TempDir dir;
+  std::string text = "pipeline: long\nstages:\n  - {id: s0, type: sim.source}\n";
+  for (int i = 1; i < 100'000; ++i) {
+    text += "  - {id: s" + std::to_string(i) + ", type: " + (i + 1 == 100'000 ? "sim.sink" : "sim.work") +
+            ", inputs: {in: s" + std::to_string(i - 1) + "/out}}\n";
+  }
+  const std::string yaml = dir.write("long.yaml", text);
+  const auto started = std::chrono::steady_clock::now();
+  Result r = run_cli(dir, {"validate", yaml});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
+  EXPECT_NE(r.out.find(yaml + ": ok"), std::string::npos) << r.out;
+  std::printf("[   info   ] swarmflow validate on 100000 stages took %.2f s\n", seconds);
+}
+
+TEST(Cli, ValidateRefusesMoreUnitsThanTheLimit) {
+  TempDir dir;
+  const std::string yaml = dir.write("units.yaml",
+                                     "pipeline: units\n"
+                                     "units: 100000\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.source}\n");
+  Result r = run_cli(dir, {"validate", yaml});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(yaml + ":2:8: error: units: 100000 is over the limit of 256 units per pipeline"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(run_cli(dir, {"run", yaml}).exit_code, 2);
+}
+
 TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
   TempDir dir;
   const std::string lines = dir.file("lines.jsonl");

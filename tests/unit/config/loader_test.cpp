@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -918,6 +924,206 @@ stages:
   EXPECT_AT(d, 5, 5);
   EXPECT_TRUE(contains(d.message, "'type' is given twice")) << d.to_string();
   EXPECT_TRUE(contains(d.hint, "line 4")) << d.to_string();
+}
+
+// -- large files and limits ---
+
+/// `pipeline: NAME` and a `stages:` list of one line per stage, as a program
+/// writes it: `line(i)` is the stage at index i.
+template <typename Line>
+std::string generated(std::size_t stages, Line line) {
+  std::string yaml = "pipeline: generated\nstages:\n";
+  yaml.reserve(stages * 64);
+  for (std::size_t i = 0; i < stages; ++i) yaml += line(i);
+  return yaml;
+}
+
+/// A chain source -> work -> ... -> work -> sink of `stages` stages.
+std::string chain(std::size_t stages) {
+  return generated(stages, [stages](std::size_t i) {
+    const std::string id = "s" + std::to_string(i);
+    if (i == 0) return "  - {id: " + id + ", type: sim.source}\n";
+    const std::string type = i + 1 == stages ? "sim.sink" : "sim.work";
+    return "  - {id: " + id + ", type: " + type + ", inputs: {in: s" + std::to_string(i - 1) + "/out}}\n";
+  });
+}
+
+TEST_F(LoaderTest, HundredThousandStageChainLoads) {
+  const auto started = std::chrono::steady_clock::now();
+  auto spec = load(chain(100'000));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  ASSERT_EQ(spec->stages.size(), 100'000U);
+  EXPECT_EQ(spec->stages.back().inputs.at(0).from_stage, "s99998");
+  std::printf("[   info   ] a 100000-stage chain loaded in %.2f s\n", seconds);
+}
+
+TEST_F(LoaderTest, EveryUnknownProducerOfAHundredThousandStagesIsReported) {
+  auto spec = load(generated(100'000, [](std::size_t i) {
+    if (i == 0) return std::string("  - {id: s0, type: sim.source}\n");
+    return "  - {id: s" + std::to_string(i) + ", type: sim.work, inputs: {in: t" + std::to_string(i) + "/out}}\n";
+  }));
+  EXPECT_FALSE(spec.has_value());
+  ASSERT_EQ(diagnostics_.size(), 99'999U);
+  for (std::size_t k = 0; k < diagnostics_.size(); ++k) {
+    const Diagnostic& d = diagnostics_[k];
+    ASSERT_EQ(d.line, static_cast<int>(k) + 4) << d.to_string();
+    ASSERT_TRUE(contains(d.message, "comes from unknown stage 't" + std::to_string(k + 1) + "'")) << d.to_string();
+    // A hint names a few stages, never all of them.
+    ASSERT_LT(d.hint.size(), 400U) << d.to_string();
+  }
+  EXPECT_TRUE(contains(diagnostics_.back().hint, "and 99988 more")) << diagnostics_.back().to_string();
+}
+
+TEST_F(LoaderTest, NearestIdIsSuggestedInAnOrdinaryPipelineFullOfTypos) {
+  auto spec = load(generated(500, [](std::size_t i) {
+    if (i == 0) return std::string("  - {id: camera, type: sim.source}\n");
+    return "  - {id: s" + std::to_string(i) + ", type: sim.sink, inputs: {in: camra/out}}\n";
+  }));
+  EXPECT_FALSE(spec.has_value());
+  ASSERT_EQ(diagnostics_.size(), 499U);
+  for (const auto& d : diagnostics_) ASSERT_TRUE(contains(d.hint, "did you mean 'camera'?")) << d.to_string();
+}
+
+TEST_F(LoaderTest, LongCycleIsNamedWithoutListingEveryStage) {
+  // source -> s0 -> s1 -> ... -> s99998 -> s0, 100000 stages in all.
+  auto d = only_error(generated(100'000, [](std::size_t i) {
+    if (i == 0) return std::string("  - {id: source, type: sim.source}\n");
+    if (i == 1) return std::string("  - {id: s0, type: test.join, inputs: {a: source/out, b: s99998/out}}\n");
+    return "  - {id: s" + std::to_string(i - 1) + ", type: sim.work, inputs: {in: s" + std::to_string(i - 2) +
+           "/out}}\n";
+  }));
+  EXPECT_AT(d, 4, 58);
+  EXPECT_TRUE(contains(d.message, "cycle s0 -> s1 -> s2 -> s3 -> s4 -> s5 -> ... (99987 more stages) -> "
+                                  "s99993 -> s99994 -> s99995 -> s99996 -> s99997 -> s99998 -> s0 "
+                                  "without `feedback: true`"))
+      << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "feedback: true")) << d.to_string();
+}
+
+TEST_F(LoaderTest, ManySmallCyclesAreEachReported) {
+  // 25000 loops a_i -> b_i -> a_i, each fed by one source.
+  auto spec = load(generated(75'000, [](std::size_t i) {
+    const std::string n = std::to_string(i / 3);
+    switch (i % 3) {
+      case 0: return "  - {id: src" + n + ", type: sim.source}\n";
+      case 1: return "  - {id: a" + n + ", type: test.join, inputs: {a: src" + n + "/out, b: b" + n + "/out}}\n";
+      default: return "  - {id: b" + n + ", type: sim.work, inputs: {in: a" + n + "/out}}\n";
+    }
+  }));
+  EXPECT_FALSE(spec.has_value());
+  ASSERT_EQ(diagnostics_.size(), 25'000U);
+  EXPECT_TRUE(contains(diagnostics_.front().message, "cycle a0 -> b0 -> a0")) << diagnostics_.front().to_string();
+  EXPECT_TRUE(contains(diagnostics_.back().message, "cycle a24999 -> b24999 -> a24999"))
+      << diagnostics_.back().to_string();
+}
+
+TEST_F(LoaderTest, UnitsOverTheLimit) {
+  auto d = only_error(R"(pipeline: t
+units: 4096
+stages:
+  - {id: source, type: sim.source}
+)");
+  EXPECT_AT(d, 2, 8);
+  EXPECT_EQ(d.message, "units: 4096 is over the limit of 256 units per pipeline");
+  EXPECT_FALSE(d.hint.empty());
+}
+
+TEST_F(LoaderTest, UnitListOverTheLimit) {
+  std::string yaml = "pipeline: t\nunits:\n";
+  for (int i = 0; i < 257; ++i) yaml += "  - {id: u" + std::to_string(i) + "}\n";
+  yaml += "stages:\n  - {id: source, type: sim.source}\n";
+  auto d = only_error(yaml);
+  EXPECT_AT(d, 3, 3);
+  EXPECT_EQ(d.message, "units: a list of 257 is over the limit of 256 units per pipeline");
+}
+
+TEST_F(LoaderTest, ReplicasOverTheLimit) {
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source, replicas: 5000}
+  - {id: sink, type: sim.sink, replicas: {min: 1, max: 1025}, inputs: {in: source/out}}
+)");
+  ASSERT_EQ(diagnostics_.size(), 2U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 3, 46);
+  EXPECT_EQ(diagnostics_[0].message,
+            "replicas: 5000 of stage 'source' is over the limit of 1024 replicas per stage");
+  EXPECT_AT(diagnostics_[1], 4, 56);
+  EXPECT_EQ(diagnostics_[1].message,
+            "max replicas: 1025 of stage 'sink' is over the limit of 1024 replicas per stage");
+}
+
+TEST_F(LoaderTest, TotalReplicasOverTheLimit) {
+  // 97 stages of 1024 replicas are 99,328; the 98th passes 100,000.
+  auto d = only_error(generated(98, [](std::size_t i) {
+    return "  - {id: s" + std::to_string(i) + ", type: sim.source, replicas: 1024}\n";
+  }));
+  EXPECT_AT(d, 100, 5);
+  EXPECT_EQ(d.message, "replicas: 100352 in all stages is over the limit of 100000 replicas per pipeline");
+  EXPECT_TRUE(contains(d.hint, "stage 's97'")) << d.to_string();
+}
+
+TEST_F(LoaderTest, StagesOverTheLimit) {
+  auto d = only_error(generated(100'001, [](std::size_t i) {
+    return "  - {id: s" + std::to_string(i) + ", type: sim.source}\n";
+  }));
+  EXPECT_AT(d, 2, 1);
+  EXPECT_EQ(d.message, "stages: a list of 100001 is over the limit of 100000 stages per pipeline");
+}
+
+TEST_F(LoaderTest, EdgesOverTheLimit) {
+  // 1000 sources, then 401 sinks that each take all of them: 401,000 edges.
+  std::string all;
+  for (int p = 0; p < 1000; ++p) all += (p == 0 ? "p" : ", p") + std::to_string(p) + "/out";
+  auto d = only_error(generated(1401, [&all](std::size_t i) {
+    if (i < 1000) return "  - {id: p" + std::to_string(i) + ", type: sim.source}\n";
+    return "  - {id: k" + std::to_string(i - 1000) + ", type: test.any_sink, inputs: {in: [" + all + "]}}\n";
+  }));
+  // The 400,001st edge is the first producer of sink k400, on line 1403.
+  const std::string k400 = "  - {id: k400, type: test.any_sink, inputs: {in: [";
+  EXPECT_AT(d, 1403, static_cast<int>(k400.size()) + 1);
+  EXPECT_EQ(d.message, "edges: 401000 producers named in all inputs is over the limit of 400000 edges per pipeline");
+}
+
+TEST_F(LoaderTest, DefinitionOverTheSizeLimitIsRefusedBeforeParsing) {
+  constexpr std::size_t kLimit = 64u << 20;
+  auto d = only_error(std::string(kLimit + 1, '\n'));
+  EXPECT_AT(d, 1, 1);
+  EXPECT_EQ(d.message, "file: 67108865 bytes is over the limit of 67108864 bytes per definition");
+  // A file is refused by its size, unread (this one is sparse).
+  const auto path = std::filesystem::temp_directory_path() / ("swarmflow_loader_" + std::to_string(::getpid()));
+  std::ofstream(path).put('#');
+  std::filesystem::resize_file(path, 1ull << 30);
+  diagnostics_.clear();
+  EXPECT_FALSE(config::load_pipeline_file(path.string(), registry_, diagnostics_).has_value());
+  std::filesystem::remove(path);
+  ASSERT_EQ(diagnostics_.size(), 1U) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(diagnostics_[0].file, path.string());
+  EXPECT_EQ(diagnostics_[0].message, "file: 1073741824 bytes is over the limit of 67108864 bytes per definition");
+}
+
+TEST_F(LoaderTest, ProducerListedTwiceOnOneInput) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: a, type: sim.source}
+  - {id: b, type: sim.source}
+  - id: sink
+    type: sim.sink
+    inputs: {in: [a/out, b/out, a/out]}
+)");
+  EXPECT_AT(d, 7, 33);
+  EXPECT_EQ(d.message, "input 'in' of stage 'sink' lists producer 'a/out' twice");
+  EXPECT_TRUE(contains(d.hint, "line 7, column 19")) << d.to_string();
+}
+
+TEST_F(LoaderTest, OneProducerMayFeedTwoInputsOfAStage) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - {id: a, type: sim.source}
+  - {id: j, type: test.join, join: {key: seq}, inputs: {a: a/out, b: a/out}}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(spec->stages[1].inputs.size(), 2U);
 }
 
 // -- all at once ---

@@ -201,5 +201,50 @@ TEST_F(GraphTest, DotNamesEveryStageAndEdge) {
   EXPECT_EQ(dot.back(), '\n');
 }
 
+/// A generated definition of `stages` stages, `line(i)` giving stage i.
+template <typename Line>
+std::string generated(std::size_t stages, Line line) {
+  std::string yaml = "pipeline: generated\nstages:\n";
+  for (std::size_t i = 0; i < stages; ++i) yaml += line(i);
+  return yaml;
+}
+
+TEST_F(GraphTest, HundredThousandStageChain) {
+  auto g = build(generated(100'000, [](std::size_t i) {
+    if (i == 0) return std::string("  - {id: s0, type: sim.source}\n");
+    return "  - {id: s" + std::to_string(i) + ", type: sim.work, inputs: {in: s" + std::to_string(i - 1) + "/out}}\n";
+  }));
+  ASSERT_EQ(g.nodes.size(), 100'000U);
+  ASSERT_EQ(g.edges.size(), 99'999U);
+  EXPECT_EQ(g.find("s0"), 0);
+  EXPECT_EQ(g.find("s99999"), 99'999);
+  EXPECT_EQ(g.find("nope"), -1);
+  for (const auto& edge : g.edges) {
+    ASSERT_EQ(edge.to_node, edge.from_node + 1);
+    ASSERT_FALSE(edge.feedback);
+  }
+}
+
+TEST_F(GraphTest, LongLoopHasOneFeedbackEdge) {
+  // source -> s0 -> s1 -> ... -> s99998 -> s0, with s0 marked feedback.
+  auto g = build(generated(100'000, [](std::size_t i) {
+    if (i == 0) return std::string("  - {id: source, type: sim.source}\n");
+    if (i == 1) {
+      return std::string("  - {id: s0, type: test.join, feedback: true, inputs: {a: source/out, b: s99998/out}}\n");
+    }
+    return "  - {id: s" + std::to_string(i - 1) + ", type: sim.work, inputs: {in: s" + std::to_string(i - 2) +
+           "/out}}\n";
+  }));
+  ASSERT_EQ(g.edges.size(), 100'000U);
+  std::size_t feedback = 0;
+  for (const auto& edge : g.edges) {
+    if (!edge.feedback) continue;
+    ++feedback;
+    EXPECT_EQ(g.from_name(edge), "s99998/out");
+    EXPECT_EQ(g.to_name(edge), "s0/b");
+  }
+  EXPECT_EQ(feedback, 1U);
+}
+
 }  // namespace
 }  // namespace swarmflow
