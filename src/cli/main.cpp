@@ -214,6 +214,7 @@ int cmd_describe(const std::string& type) {
 int main(int argc, char** argv) {
   CLI::App app{"swarmflow: actor-model streaming pipelines"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("swarmflow ") + SWARMFLOW_VERSION, "print the version and exit");
 
   RunArgs run_args;
   auto* run = app.add_subcommand("run", "run a pipeline until its sources end (Ctrl-C stops it cleanly)");

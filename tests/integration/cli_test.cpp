@@ -1,5 +1,5 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
-// and a clean drain on SIGINT.
+// a clean drain on SIGINT, the version.
 
 #include <gtest/gtest.h>
 
@@ -143,6 +143,13 @@ TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
   for (const auto& e : r["edges"]) EXPECT_EQ(e["dropped"], 0) << e.dump();
   EXPECT_EQ(r["sinks"]["sink"]["received"].get<std::int64_t>(), produced);
   EXPECT_EQ(r["sinks"]["sink"]["lost"], 0);
+}
+
+TEST(Cli, VersionPrintsTheProjectVersion) {
+  TempDir dir;
+  Result r = run_cli(dir, {"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("swarmflow ") + SWARMFLOW_VERSION + "\n");
 }
 
 }  // namespace
