@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -132,6 +133,17 @@ int cmd_run(const RunArgs& args) {
 }
 
 int cmd_keygen(const std::string& path, bool force) {
+  // `keygen keys/u0.key` in a fresh checkout: make `keys/` first.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      std::fprintf(stderr, "swarmflow: cannot create the folder %s for %s: %s\n", parent.c_str(), path.c_str(),
+                   ec.message().c_str());
+      return kExitRuntime;
+    }
+  }
   swarmflow::Status s = swarmflow::write_key_pair(path, force);
   if (!s.ok()) {
     std::fprintf(stderr, "swarmflow: %s\n", s.message().c_str());
@@ -243,7 +255,7 @@ int main(int argc, char** argv) {
   std::string keygen_path;
   bool keygen_force = false;
   auto* keygen = app.add_subcommand("keygen", "write a CURVE key pair: PATH (secret, mode 0600) and PATH.pub");
-  keygen->add_option("path", keygen_path, "where to write the key pair")->required();
+  keygen->add_option("path", keygen_path, "where to write the key pair (missing folders are made)")->required();
   keygen->add_flag("--force", keygen_force, "replace existing files");
 
   std::string validate_file;

@@ -1,10 +1,13 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
-// a clean drain on SIGINT, the version.
+// a clean drain on SIGINT, the version and key files.
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,6 +153,33 @@ TEST(Cli, VersionPrintsTheProjectVersion) {
   Result r = run_cli(dir, {"--version"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, std::string("swarmflow ") + SWARMFLOW_VERSION + "\n");
+}
+
+TEST(Cli, KeygenCreatesMissingFolders) {
+  TempDir dir;
+  const std::string key = dir.file("keys/site-a/u0.key");
+  Result r = run_cli(dir, {"keygen", key});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(key));
+  EXPECT_TRUE(std::filesystem::is_regular_file(key + ".pub"));
+  EXPECT_EQ(std::filesystem::status(key).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  // Again into the same folder: it exists now, the key files too.
+  Result again = run_cli(dir, {"keygen", key});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
+}
+
+TEST(Cli, KeygenWhereNoFolderCanBeMadeSaysWhy) {
+  // A regular file where a folder should be: no folder can be made under it,
+  // whoever runs the test (root included).
+  TempDir dir;
+  const std::string blocker = dir.write("not-a-folder", "x\n");
+  Result r = run_cli(dir, {"keygen", blocker + "/keys/u0.key"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(blocker), std::string::npos) << "names the path: " << r.err;
+  EXPECT_NE(r.err.find(std::strerror(ENOTDIR)), std::string::npos) << "says why: " << r.err;
+  EXPECT_FALSE(std::filesystem::exists(blocker + "/keys/u0.key"));
 }
 
 }  // namespace
