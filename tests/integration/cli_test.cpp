@@ -1,11 +1,12 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
-// a clean drain on SIGINT, the version and key files.
+// a clean drain on SIGINT, the version and key files, the graph drawn by dot.
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -28,6 +29,13 @@ struct Result {
   std::string out;
   std::string err;
 };
+
+/// Runs `script` with bash; its exit code (-1 if it did not exit).
+int run_bash(const std::string& script) {
+  const std::string command = "bash -c '" + script + "'";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 Result run_cli(const TempDir& dir, const std::vector<std::string>& args) {
   const std::string out = dir.file("stdout.txt");
@@ -180,6 +188,25 @@ TEST(Cli, KeygenWhereNoFolderCanBeMadeSaysWhy) {
   EXPECT_NE(r.err.find(blocker), std::string::npos) << "names the path: " << r.err;
   EXPECT_NE(r.err.find(std::strerror(ENOTDIR)), std::string::npos) << "says why: " << r.err;
   EXPECT_FALSE(std::filesystem::exists(blocker + "/keys/u0.key"));
+}
+
+TEST(Cli, GraphPipedThroughDotGivesSvg) {
+  // scripts/bootstrap.sh installs graphviz, so this is skipped only elsewhere.
+  if (run_bash("command -v dot > /dev/null") != 0) GTEST_SKIP() << "dot (graphviz) is not installed";
+  TempDir dir;
+  const std::string quickstart = std::string(SWARMFLOW_SOURCE_DIR) + "/pipelines/quickstart.yaml";
+  const std::string svg = dir.file("graph.svg");
+  const std::string err = dir.file("dot.err");
+  ASSERT_EQ(run_bash("set -o pipefail; \"" + std::string(SWARMFLOW_CLI) + "\" graph \"" + quickstart +
+                     "\" | dot -Tsvg > \"" + svg + "\" 2> \"" + err + "\""),
+            0)
+      << slurp(err);
+  const std::string text = slurp(svg);
+  EXPECT_NE(text.find("<svg"), std::string::npos) << text;
+  EXPECT_NE(text.find("</svg>"), std::string::npos) << text;
+  for (const char* stage : {"source", "work", "sink"}) {
+    EXPECT_NE(text.find(std::string("<title>") + stage + "</title>"), std::string::npos) << stage;
+  }
 }
 
 }  // namespace
