@@ -1,5 +1,6 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
-// a clean drain on SIGINT, the version and key files, the graph drawn by dot.
+// a clean drain on SIGINT, the version and key files, the graph drawn by dot,
+// bash completion.
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +210,56 @@ TEST(Cli, GraphPipedThroughDotGivesSvg) {
   for (const char* stage : {"source", "work", "sink"}) {
     EXPECT_NE(text.find(std::string("<title>") + stage + "</title>"), std::string::npos) << stage;
   }
+}
+
+/// The words bash completion offers for the command line `words` (the last
+/// one being completed), with `script` loaded, in the folder `cwd`.
+std::set<std::string> completions(const TempDir& dir, const std::string& script, const std::string& cwd,
+                                  const std::vector<std::string>& words) {
+  std::string array;
+  for (const auto& w : words) array += " \"" + w + "\"";
+  const std::string driver = dir.write("complete.sh", "source \"" + script + "\"\n" + "cd \"" + cwd + "\"\n" +
+                                                          "COMP_WORDS=(" + array + ")\n" +
+                                                          "COMP_CWORD=" + std::to_string(words.size() - 1) + "\n" +
+                                                          "_swarmflow\n" + "printf \"%s\\n\" \"${COMPREPLY[@]}\"\n");
+  const std::string out = dir.file("complete.out");
+  EXPECT_EQ(run_bash("bash \"" + driver + "\" > \"" + out + "\""), 0) << slurp(driver);
+  std::set<std::string> result;
+  std::istringstream lines(slurp(out));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) result.insert(line);
+  }
+  return result;
+}
+
+TEST(Cli, BashCompletionIsValidBashAndCompletesCommandsFlagsTypesAndPipelines) {
+  TempDir dir;
+  Result r = run_cli(dir, {"completion", "bash"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string script = dir.write("swarmflow.bash", r.out);
+  ASSERT_EQ(run_bash("bash -n \"" + script + "\""), 0) << r.out;
+
+  const std::string files = dir.file("files");
+  std::filesystem::create_directories(files + "/pipelines");
+  dir.write("files/line.yaml", "");
+  dir.write("files/notes.txt", "");
+  using Words = std::set<std::string>;
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "val"}), Words({"validate"}));
+  const Words commands = completions(dir, script, files, {"swarmflow", ""});
+  for (const char* c : {"run", "unit", "keygen", "validate", "graph", "describe", "completion", "--version"}) {
+    EXPECT_EQ(commands.count(c), 1U) << c;
+  }
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "describe", "sim.w"}), Words({"sim.work"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", ""}), Words({"line.yaml", "pipelines"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "graph", "li"}), Words({"line.yaml"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", "line.yaml", "--rep"}), Words({"--report"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", "line.yaml", "--duration", ""}), Words());
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "keygen", "no"}), Words({"notes.txt"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "completion", ""}), Words({"bash"}));
+
+  Result other = run_cli(dir, {"completion", "tcsh"});
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("bash"), std::string::npos) << other.err;
 }
 
 }  // namespace
