@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -191,6 +192,42 @@ TEST(VideoRoundTrip, H264Mp4AndMatroskaKeepCountSizeFormatAndOrder) {
     EXPECT_EQ(stream.chroma_format, "4:2:0") << name;
     EXPECT_TRUE(stream.profile == "high" || stream.profile == "main") << name << " has profile " << stream.profile;
     expect_written_frames(read_video(file.uri()), name);
+  }
+}
+
+// The progress line's percentage and eta come from the `expected` counter.
+TEST(VideoSource, TellsItsLengthOnlyWhenKnown) {
+  TempFile avi("length.avi");
+  write_video(avi.uri(), kFrames);
+  TempFile mp4("length.mp4");
+  write_video(mp4.uri(), kFrames, "h264");
+  for (const std::int64_t count : {std::int64_t{0}, std::int64_t{10}, std::int64_t{100}}) {
+    const std::string uri = count == 100 ? mp4.uri() : avi.uri();
+    StageRunner source(video_registry(), "video.source", "replay");
+    video_test::StopGuard stop_source(source);
+    ASSERT_TRUE(source.set("uri", uri).ok());
+    ASSERT_TRUE(source.set("count", count).ok());
+    ASSERT_TRUE(source.start().ok());
+    bool all_ok = true;
+    const Status s = pull_until(
+        source, [] { return false; }, std::chrono::seconds(60), &all_ok);
+    EXPECT_TRUE(all_ok) << s.message();
+    EXPECT_TRUE(s.is_end_of_stream()) << s.message();
+    // The file's length, or the count when that is shorter.
+    const std::int64_t frames = count > 0 ? std::min<std::int64_t>(count, kFrames) : kFrames;
+    EXPECT_EQ(source.counter_value("expected"), frames) << uri << ", count " << count;
+    EXPECT_EQ(source.output("frames").size(), static_cast<std::size_t>(frames)) << uri << ", count " << count;
+    source.stop();
+  }
+  // A live camera knows only its count.
+  for (const std::int64_t count : {std::int64_t{0}, std::int64_t{5}}) {
+    StageRunner camera(video_registry(), "video.source", "camera");
+    video_test::StopGuard stop_camera(camera);
+    ASSERT_TRUE(camera.set("uri", std::string("test://smpte")).ok());
+    ASSERT_TRUE(camera.set("count", count).ok());
+    ASSERT_TRUE(camera.start().ok());
+    EXPECT_EQ(camera.counter_value("expected"), count);
+    camera.stop();
   }
 }
 
