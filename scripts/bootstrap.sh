@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2
+  graphviz                                      # dot draws `swarmflow graph`
   libopencv-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good

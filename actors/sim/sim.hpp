@@ -6,7 +6,8 @@
 /// sim.source — output `out`.
 ///   count (integer, 0 = until stopped), rate_hz (number, 0 = as fast as flow
 ///   control allows), payload_bytes (integer), streams (integer).
-///   Envelopes of stream s carry seq 0, 1, 2, ... in order.
+///   Envelopes of stream s carry seq 0, 1, 2, ... in order. Counter
+///   `expected` = count (the progress line shows percentage and eta).
 /// sim.work — input `in`, output `out`.
 ///   service_us (number), jitter_us (number), fail_every (integer, 0 = never;
 ///   else throw on every n-th envelope this instance sees).

@@ -23,6 +23,8 @@ Status SimSource::start(StageContext& ctx) {
   produced_ = 0;
   start_ns_ = ctx.now_ns();
   ctx.set_live(rate_hz_ > 0);
+  // Its length, for the progress line's percentage and eta (0 = endless).
+  ctx.counter("expected").store(count_, std::memory_order_relaxed);
   return {};
 }
 

@@ -1,5 +1,6 @@
 #include "video/gst_capture.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -265,6 +266,10 @@ struct GstCapture::Impl {
       log.log("skipped a sample without usable video caps");
       return true;
     }
+    if (!length_known) {
+      length_known = true;
+      note_length(info);
+    }
     GstMapInfo map;
     if (gst_buffer_map(buffer, &map, GST_MAP_READ) == FALSE) {
       log.log("skipped a sample that could not be mapped");
@@ -310,6 +315,22 @@ struct GstCapture::Impl {
     return true;
   }
 
+  /// Sets `expected` to a file's frame count at the output rate, from its
+  /// duration; nothing when either is unknown (a variable frame rate).
+  void note_length(const GstVideoInfo& info) {
+    if (live || counters.expected == nullptr) return;
+    gint64 duration = 0;
+    if (info.fps_n <= 0 || info.fps_d <= 0 || gst_element_query_duration(pipeline, GST_FORMAT_TIME, &duration) == FALSE ||
+        duration <= 0) {
+      return;
+    }
+    auto frames = static_cast<std::int64_t>(
+        gst_util_uint64_scale_round(static_cast<guint64>(duration), static_cast<guint64>(info.fps_n),
+                                    static_cast<guint64>(info.fps_d) * GST_SECOND));
+    if (config.frame_limit > 0) frames = std::min(frames, config.frame_limit);
+    counters.expected->store(frames, std::memory_order_relaxed);
+  }
+
   /// Waits until `t_ns` (steady clock); false when stopped meanwhile.
   bool sleep_until(std::int64_t t_ns) {
     std::unique_lock<std::mutex> lock(mutex);
@@ -325,6 +346,7 @@ struct GstCapture::Impl {
   ReconnectWatchdog watchdog;
   RateLimitedLog log;
   std::uint64_t next_index;
+  bool length_known = false;  ///< the first frame was seen and the length looked up
 
   GstElement* pipeline = nullptr;
   GstAppSink* sink = nullptr;

@@ -31,6 +31,7 @@ struct CaptureConfig {
   std::int64_t max_reconnects = 0;                 ///< consecutive attempts without a frame; 0 = forever
   std::int64_t stall_ns = 0;                       ///< a live source without a frame this long is rebuilt; 0 = never
   std::string log_name;                            ///< prefix of log lines (stage id and replica)
+  std::int64_t frame_limit = 0;                    ///< frames the stage will take (its count); 0 = all
 };
 
 /// Counters of the replica, updated from the capture thread. Each must stay
@@ -39,6 +40,9 @@ struct CaptureCounters {
   std::atomic<std::int64_t>* reconnects = nullptr;
   std::atomic<std::int64_t>* gap_ms = nullptr;
   std::atomic<std::int64_t>* dropped_frames = nullptr;
+  /// A file's frame count at the output rate (at most `frame_limit`), set at
+  /// its first frame when its duration and frame rate are known; else left.
+  std::atomic<std::int64_t>* expected = nullptr;
 };
 
 /// One capture pipeline and its thread.

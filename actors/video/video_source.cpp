@@ -45,6 +45,10 @@ Status VideoSource::start(StageContext& ctx) {
   if (!parse_source_uri(uri_text_, &uri_, &error)) return Status::error(error, StatusCode::invalid_argument);
 
   frames_counter_ = &ctx.counter("frames");
+  // Its length, for the progress line: the count when there is one; a file
+  // of known duration and rate lowers it (or sets it) at its first frame.
+  expected_counter_ = &ctx.counter("expected");
+  expected_counter_->store(count_, std::memory_order_relaxed);
   std::atomic<std::int64_t>& dropped = ctx.counter("dropped_frames");
   if (camera_id_param_.empty()) {
     camera_id_ = ctx.stage_id() + "-" + std::to_string(ctx.replica());
@@ -122,6 +126,10 @@ Status VideoSource::start_capture(StageContext& ctx) {
   counters.reconnects = &ctx.counter("reconnects");
   counters.gap_ms = &ctx.counter("gap_ms");
   counters.dropped_frames = &ctx.counter("dropped_frames");
+  if (uri_.kind == SourceKind::file) {
+    counters.expected = expected_counter_;
+    config.frame_limit = count_;
+  }
   stream_ = config.stream;
 
   capture_ = std::make_unique<GstCapture>(std::move(config), counters);

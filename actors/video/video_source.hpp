@@ -33,7 +33,9 @@
 /// (the URI's station is the base), so `replicas: 4` gives four stations.
 /// Replicas of other sources each open the same URI.
 ///
-/// Counters: frames, dropped_frames, reconnects, gap_ms.
+/// Counters: frames, dropped_frames, reconnects, gap_ms, and expected (the
+/// frames it will deliver, when known: `count`, or a file's length at the
+/// output rate once its first frame is read; 0 = unknown).
 ///
 /// ```yaml
 /// stages:
@@ -97,6 +99,7 @@ class VideoSource final : public Stage {
   std::unique_ptr<SyntheticParts> synthetic_;
   std::unique_ptr<GstCapture> capture_;
   std::atomic<std::int64_t>* frames_counter_ = nullptr;
+  std::atomic<std::int64_t>* expected_counter_ = nullptr;
 };
 
 }  // namespace swarmflow::video

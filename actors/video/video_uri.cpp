@@ -187,7 +187,13 @@ std::string record_pipeline(Container container, Codec codec, int quality) {
   if (codec == Codec::h264) {
     // quality 100 -> quantizer 10 (near lossless), quality 0 -> 50.
     const int quantizer = 50 - (40 * quality) / 100;
-    d += "x264enc speed-preset=ultrafast tune=zerolatency pass=quant quantizer=" + std::to_string(quantizer) + " ! ";
+    // 4:2:0 in the high profile: from BGR x264enc would pick High 4:4:4,
+    // which browsers, QuickTime and hardware decoders do not play. superfast
+    // keeps CABAC and the 8x8 transform (ultrafast drops them, and the stream
+    // falls back to constrained baseline).
+    d += "video/x-raw,format=I420 ! ";
+    d += "x264enc speed-preset=superfast tune=zerolatency pass=quant quantizer=" + std::to_string(quantizer) + " ! ";
+    d += "video/x-h264,profile=high ! ";
   } else {
     d += "jpegenc quality=" + std::to_string(quality) + " ! ";
   }

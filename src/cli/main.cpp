@@ -1,10 +1,12 @@
-// The `swarmflow` command: run, validate, graph and describe pipelines.
+// The `swarmflow` command: run, validate, graph and describe pipelines;
+// make keys; print its shell completion.
 // Exit codes: 0 ok, 1 runtime failure, 2 invalid pipeline or usage.
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -17,6 +19,7 @@
 
 #include "cli/catalogue.hpp"
 #include "config/pipeline_spec.hpp"
+#include "cli/completion.hpp"
 #include "cli/progress.hpp"
 
 namespace {
@@ -147,6 +150,17 @@ int cmd_run(const RunArgs& args) {
 }
 
 int cmd_keygen(const std::string& path, bool force) {
+  // `keygen keys/u0.key` in a fresh checkout: make `keys/` first.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      std::fprintf(stderr, "swarmflow: cannot create the folder %s for %s: %s\n", parent.c_str(), path.c_str(),
+                   ec.message().c_str());
+      return kExitRuntime;
+    }
+  }
   swarmflow::Status s = swarmflow::write_key_pair(path, force);
   if (!s.ok()) {
     std::fprintf(stderr, "swarmflow: %s\n", s.message().c_str());
@@ -209,59 +223,85 @@ int cmd_describe(const std::string& what, DescribeFormat format) {
   return kExitOk;
 }
 
+int cmd_completion(const CLI::App& app, const std::string& shell) {
+  if (shell != "bash") {
+    std::fprintf(stderr, "swarmflow: no completion for '%s' (there is one for bash)\n", shell.c_str());
+    return kExitInvalid;
+  }
+  swarmflow::Runtime rt;
+  std::vector<std::string> types;
+  for (const auto* t : rt.registry().all()) types.push_back(t->name);
+  std::fputs(swarmflow::cli::bash_completion(app, types).c_str(), stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"swarmflow: actor-model streaming pipelines"};
   app.require_subcommand(1);
+  using swarmflow::cli::kFileValue, swarmflow::cli::kPipelineValue, swarmflow::cli::kShellValue,
+      swarmflow::cli::kStageTypeValue;
+  app.set_version_flag("--version", std::string("swarmflow ") + SWARMFLOW_VERSION, "print the version and exit");
 
   RunArgs run_args;
   auto* run = app.add_subcommand("run", "run a pipeline until its sources end (Ctrl-C stops it cleanly)");
-  run->add_option("file", run_args.file, "pipeline definition (YAML)")->required();
-  run->add_option("--report", run_args.report, "write the run report as JSON to this file");
+  run->add_option("file", run_args.file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);
+  run->add_option("--report", run_args.report, "write the run report as JSON to this file")->type_name(kFileValue);
   run->add_option("--duration", run_args.duration_s, "stop sources after this many seconds");
   run->add_option("--threads", run_args.threads, "worker threads per unit");
   run->add_flag("--quiet", run_args.quiet, "no progress line");
   run->add_option("--units", run_args.units, "host only these units here (the rest join as `swarmflow unit`)")
       ->delimiter(',');
   run->add_option("--join-timeout-ms", run_args.join_timeout_ms, "how long to wait for units to join");
-  run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)");
+  run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)")
+      ->type_name(kFileValue);
 
   RunArgs unit_args;
   unit_args.coordinator = false;
   unit_args.quiet = true;
   std::string unit_id;
   auto* unit = app.add_subcommand("unit", "run one unit of a pipeline as its own process; it joins the coordinator");
-  unit->add_option("file", unit_args.file, "pipeline definition (YAML)")->required();
+  unit->add_option("file", unit_args.file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);
   unit->add_option("--id", unit_id, "the unit to run, as listed in the file")->required();
   unit->add_option("--threads", unit_args.threads, "worker threads");
-  unit->add_option("--report", unit_args.report, "write this unit's own figures as JSON to this file");
+  unit->add_option("--report", unit_args.report, "write this unit's own figures as JSON to this file")
+      ->type_name(kFileValue);
   unit->add_option("--join-timeout-ms", unit_args.join_timeout_ms, "how long to wait for the coordinator");
-  unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)");
+  unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)")
+      ->type_name(kFileValue);
 
   std::string keygen_path;
   bool keygen_force = false;
   auto* keygen = app.add_subcommand("keygen", "write a CURVE key pair: PATH (secret, mode 0600) and PATH.pub");
-  keygen->add_option("path", keygen_path, "where to write the key pair")->required();
+  keygen->add_option("path", keygen_path, "where to write the key pair (missing folders are made)")
+      ->required()
+      ->type_name(kFileValue);
   keygen->add_flag("--force", keygen_force, "replace existing files");
 
   std::string validate_file;
   auto* validate = app.add_subcommand("validate", "check a pipeline definition and report every mistake");
-  validate->add_option("file", validate_file, "pipeline definition (YAML)")->required();
+  validate->add_option("file", validate_file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);
 
   std::string graph_file;
   auto* graph = app.add_subcommand("graph", "print a pipeline as Graphviz DOT");
-  graph->add_option("file", graph_file, "pipeline definition (YAML)")->required();
+  graph->add_option("file", graph_file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);
 
   std::string describe_what;
   bool describe_json = false;
   bool describe_markdown = false;
   auto* describe = app.add_subcommand(
       "describe", "list stage types, or show the ports, parameters and an example of one stage or a pack");
-  describe->add_option("type", describe_what, "stage type (sim.work) or pack (vision); none = all");
+  describe->add_option("type", describe_what, "stage type (sim.work) or pack (vision); none = all")
+      ->type_name(kStageTypeValue);
   auto* json_flag = describe->add_flag("--json", describe_json, "print the stages as JSON");
   describe->add_flag("--markdown", describe_markdown, "print a pack's page of docs/stages/ (Markdown)")
       ->excludes(json_flag);
+
+  std::string completion_shell;
+  auto* completion = app.add_subcommand(
+      "completion", "print a shell completion script: source <(swarmflow completion bash)");
+  completion->add_option("shell", completion_shell, "the shell (bash)")->required()->type_name(kShellValue);
 
   try {
     app.parse(argc, argv);
@@ -282,5 +322,6 @@ int main(int argc, char** argv) {
                                        : describe_markdown ? DescribeFormat::markdown
                                                            : DescribeFormat::text);
   }
+  if (*completion) return cmd_completion(app, completion_shell);
   return kExitInvalid;
 }

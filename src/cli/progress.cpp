@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -59,6 +60,27 @@ std::vector<const StageReport*> unkeyed_parallel_upstream(const RunReport& r, co
 
 }  // namespace
 
+std::string eta_text(double seconds) {
+  const auto s = static_cast<std::int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s < 60) return format("%" PRId64 "s", s);
+  if (s < 3600) return format("%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+  return format("%" PRId64 "h%02" PRId64 "m", s / 3600, (s % 3600) / 60);
+}
+
+std::string completion_text(std::uint64_t done, std::int64_t expected, double elapsed_s) {
+  if (expected <= 0) return "";
+  const auto total = static_cast<std::uint64_t>(expected);
+  if (done >= total) return "100%";
+  // Rounded down, so 100% is shown only when the source is done.
+  const std::uint64_t percent = done * 100 / total;
+  std::string text = format("%" PRIu64 "%%", percent);
+  if (done > 0 && elapsed_s > 0) {
+    const double left_s = elapsed_s * static_cast<double>(total - done) / static_cast<double>(done);
+    text += " eta " + eta_text(left_s);
+  }
+  return text;
+}
+
 std::string progress_line(const RunReport& now, const RunReport& previous, double interval_s) {
   std::string line = format("[%6.1fs]", now.duration_s);
   const auto drops = drops_by_consumer(now);
@@ -69,6 +91,10 @@ std::string progress_line(const RunReport& now, const RunReport& previous, doubl
     if (s.queued > 0) line += format(" q=%" PRIu64, s.queued);
     auto d = drops.find(s.id);
     if (d != drops.end() && d->second > 0) line += format(" drop=%" PRIu64, d->second);
+    if (auto expected = s.counters.find(kExpectedCounter); expected != s.counters.end()) {
+      const std::string done = completion_text(s.processed, expected->second, now.duration_s);
+      if (!done.empty()) line += " " + done;
+    }
     if (s.restarts > 0) line += format(" restarts=%" PRIu64, s.restarts);
   }
   return line;

@@ -1,6 +1,7 @@
 #pragma once
 // Text the `swarmflow` command prints: the live progress line and the summary.
 
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -8,9 +9,26 @@
 
 namespace swarmflow::cli {
 
+/// The stage counter in which a source says how many envelopes it will
+/// produce in all (each replica its own share; the report sums them). Only a
+/// source that knows sets it: `sim.source` with a `count`, `video.source` with
+/// a `count` or reading a file whose length and frame rate are known.
+inline constexpr const char* kExpectedCounter = "expected";
+
 /// One line: elapsed time, then per stage its rate since `previous`, queue
-/// depth and drops on its inputs.
+/// depth, drops on its inputs and, for a source that knows its length
+/// (`kExpectedCounter`), how far it has come and when it should end.
 std::string progress_line(const RunReport& now, const RunReport& previous, double interval_s);
+
+/// How far a source of known length has come: "45% eta 12s" after `done` of
+/// `expected` envelopes in `elapsed_s`, the eta at the average rate so far.
+/// Empty when the length is unknown (`expected` <= 0); no eta before the
+/// first envelope, nor once `done` reaches `expected` ("100%": a restarted
+/// file source reads its file again, so `done` may pass `expected`).
+std::string completion_text(std::uint64_t done, std::int64_t expected, double elapsed_s);
+
+/// A time left, for people: "8s", "3m05s", "2h07m".
+std::string eta_text(double seconds);
 
 /// The table printed when a run ends: stages, edges and sinks, then a note
 /// on what a sink's nonzero `reorder` means. `keyed` holds the ids of the

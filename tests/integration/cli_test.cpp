@@ -1,10 +1,17 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
-// and a clean drain on SIGINT.
+// a clean drain on SIGINT, the version and key files, the graph drawn by dot,
+// bash completion.
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +33,13 @@ struct Result {
   std::string out;
   std::string err;
 };
+
+/// Runs `script` with bash; its exit code (-1 if it did not exit).
+int run_bash(const std::string& script) {
+  const std::string command = "bash -c '" + script + "'";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 Result run_cli(const TempDir& dir, const std::vector<std::string>& args) {
   const std::string out = dir.file("stdout.txt");
@@ -209,6 +223,109 @@ TEST(Cli, SigintDrainsAndReportsWhatWasInFlight) {
   for (const auto& e : r["edges"]) EXPECT_EQ(e["dropped"], 0) << e.dump();
   EXPECT_EQ(r["sinks"]["sink"]["received"].get<std::int64_t>(), produced);
   EXPECT_EQ(r["sinks"]["sink"]["lost"], 0);
+}
+
+TEST(Cli, VersionPrintsTheProjectVersion) {
+  TempDir dir;
+  Result r = run_cli(dir, {"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("swarmflow ") + SWARMFLOW_VERSION + "\n");
+}
+
+TEST(Cli, KeygenCreatesMissingFolders) {
+  TempDir dir;
+  const std::string key = dir.file("keys/site-a/u0.key");
+  Result r = run_cli(dir, {"keygen", key});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::is_regular_file(key));
+  EXPECT_TRUE(std::filesystem::is_regular_file(key + ".pub"));
+  EXPECT_EQ(std::filesystem::status(key).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  // Again into the same folder: it exists now, the key files too.
+  Result again = run_cli(dir, {"keygen", key});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
+}
+
+TEST(Cli, KeygenWhereNoFolderCanBeMadeSaysWhy) {
+  // A regular file where a folder should be: no folder can be made under it,
+  // whoever runs the test (root included).
+  TempDir dir;
+  const std::string blocker = dir.write("not-a-folder", "x\n");
+  Result r = run_cli(dir, {"keygen", blocker + "/keys/u0.key"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(blocker), std::string::npos) << "names the path: " << r.err;
+  EXPECT_NE(r.err.find(std::strerror(ENOTDIR)), std::string::npos) << "says why: " << r.err;
+  EXPECT_FALSE(std::filesystem::exists(blocker + "/keys/u0.key"));
+}
+
+TEST(Cli, GraphPipedThroughDotGivesSvg) {
+  // scripts/bootstrap.sh installs graphviz, so this is skipped only elsewhere.
+  if (run_bash("command -v dot > /dev/null") != 0) GTEST_SKIP() << "dot (graphviz) is not installed";
+  TempDir dir;
+  const std::string quickstart = std::string(SWARMFLOW_SOURCE_DIR) + "/pipelines/quickstart.yaml";
+  const std::string svg = dir.file("graph.svg");
+  const std::string err = dir.file("dot.err");
+  ASSERT_EQ(run_bash("set -o pipefail; \"" + std::string(SWARMFLOW_CLI) + "\" graph \"" + quickstart +
+                     "\" | dot -Tsvg > \"" + svg + "\" 2> \"" + err + "\""),
+            0)
+      << slurp(err);
+  const std::string text = slurp(svg);
+  EXPECT_NE(text.find("<svg"), std::string::npos) << text;
+  EXPECT_NE(text.find("</svg>"), std::string::npos) << text;
+  for (const char* stage : {"source", "work", "sink"}) {
+    EXPECT_NE(text.find(std::string("<title>") + stage + "</title>"), std::string::npos) << stage;
+  }
+}
+
+/// The words bash completion offers for the command line `words` (the last
+/// one being completed), with `script` loaded, in the folder `cwd`.
+std::set<std::string> completions(const TempDir& dir, const std::string& script, const std::string& cwd,
+                                  const std::vector<std::string>& words) {
+  std::string array;
+  for (const auto& w : words) array += " \"" + w + "\"";
+  const std::string driver = dir.write("complete.sh", "source \"" + script + "\"\n" + "cd \"" + cwd + "\"\n" +
+                                                          "COMP_WORDS=(" + array + ")\n" +
+                                                          "COMP_CWORD=" + std::to_string(words.size() - 1) + "\n" +
+                                                          "_swarmflow\n" + "printf \"%s\\n\" \"${COMPREPLY[@]}\"\n");
+  const std::string out = dir.file("complete.out");
+  EXPECT_EQ(run_bash("bash \"" + driver + "\" > \"" + out + "\""), 0) << slurp(driver);
+  std::set<std::string> result;
+  std::istringstream lines(slurp(out));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) result.insert(line);
+  }
+  return result;
+}
+
+TEST(Cli, BashCompletionIsValidBashAndCompletesCommandsFlagsTypesAndPipelines) {
+  TempDir dir;
+  Result r = run_cli(dir, {"completion", "bash"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string script = dir.write("swarmflow.bash", r.out);
+  ASSERT_EQ(run_bash("bash -n \"" + script + "\""), 0) << r.out;
+
+  const std::string files = dir.file("files");
+  std::filesystem::create_directories(files + "/pipelines");
+  dir.write("files/line.yaml", "");
+  dir.write("files/notes.txt", "");
+  using Words = std::set<std::string>;
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "val"}), Words({"validate"}));
+  const Words commands = completions(dir, script, files, {"swarmflow", ""});
+  for (const char* c : {"run", "unit", "keygen", "validate", "graph", "describe", "completion", "--version"}) {
+    EXPECT_EQ(commands.count(c), 1U) << c;
+  }
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "describe", "sim.w"}), Words({"sim.work"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", ""}), Words({"line.yaml", "pipelines"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "graph", "li"}), Words({"line.yaml"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", "line.yaml", "--rep"}), Words({"--report"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "run", "line.yaml", "--duration", ""}), Words());
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "keygen", "no"}), Words({"notes.txt"}));
+  EXPECT_EQ(completions(dir, script, files, {"swarmflow", "completion", ""}), Words({"bash"}));
+
+  Result other = run_cli(dir, {"completion", "tcsh"});
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("bash"), std::string::npos) << other.err;
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // video.sink writes a file that video.source reads back: count, size,
 // format, order and content survive, through MJPEG in AVI, MKV and MP4 and
 // through H.264 (x264enc) in MP4 and MKV; annotations are drawn on their frame.
+// H.264 is written 4:2:0 in a profile every player decodes.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,9 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include <gst/app/gstappsink.h>
+#include <gst/gst.h>
 #include <opencv2/core.hpp>
 
 #include "video/frame_overlay.hpp"
+#include "video/gst_support.hpp"
 #include "video_test_support.hpp"
 
 namespace swarmflow {
@@ -86,6 +91,47 @@ bool file_contains(const std::string& path, const std::string& marker) {
   return bytes.find(marker) != std::string::npos;
 }
 
+/// The H.264 stream of the file at `path`, as h264parse describes it.
+struct H264Stream {
+  std::string profile;        ///< "high", "main", "high-4:4:4", ...; empty when unreadable
+  std::string chroma_format;  ///< "4:2:0", "4:4:4", ...
+  std::string error;          ///< why the stream could not be read
+};
+
+/// Demuxes the file with `demuxer` (qtdemux, matroskademux) and reads the
+/// profile and chroma format h264parse puts in the stream's caps.
+H264Stream h264_stream_of(const std::string& path, const std::string& demuxer) {
+  video::ensure_gst_initialised();
+  H264Stream result;
+  const std::string description = "filesrc name=file ! " + demuxer + " ! h264parse ! appsink name=out sync=false";
+  GError* err = nullptr;
+  GstElement* pipeline = gst_parse_launch(description.c_str(), &err);
+  if (err != nullptr) {
+    result.error = err->message;
+    g_error_free(err);
+    if (pipeline != nullptr) gst_object_unref(pipeline);
+    return result;
+  }
+  GstElement* file = gst_bin_get_by_name(GST_BIN(pipeline), "file");
+  g_object_set(file, "location", path.c_str(), nullptr);
+  gst_object_unref(file);
+  GstElement* out = gst_bin_get_by_name(GST_BIN(pipeline), "out");
+  gst_element_set_state(pipeline, GST_STATE_PAUSED);
+  GstSample* sample = gst_app_sink_try_pull_preroll(GST_APP_SINK(out), 30 * GST_SECOND);
+  if (sample == nullptr) {
+    result.error = "no preroll sample from " + path;
+  } else {
+    const GstStructure* s = gst_caps_get_structure(gst_sample_get_caps(sample), 0);
+    if (const gchar* v = gst_structure_get_string(s, "profile")) result.profile = v;
+    if (const gchar* v = gst_structure_get_string(s, "chroma-format")) result.chroma_format = v;
+    gst_sample_unref(sample);
+  }
+  gst_element_set_state(pipeline, GST_STATE_NULL);
+  gst_object_unref(out);
+  gst_object_unref(pipeline);
+  return result;
+}
+
 /// Checks that `frames` read back from `name` are the kFrames written, in
 /// order, at their size, in BGR, numbered from 0 and captured in order.
 void expect_written_frames(const std::vector<Envelope>& frames, const std::string& name) {
@@ -126,15 +172,62 @@ TEST(VideoRoundTrip, MjpegAviKeepsCountSizeFormatAndOrder) {
 
 TEST(VideoRoundTrip, H264Mp4AndMatroskaKeepCountSizeFormatAndOrder) {
   // The codec's id in each container proves the file holds H.264.
-  const std::pair<const char*, const char*> cases[] = {{"round_trip_h264.mp4", "avc1"},
-                                                       {"round_trip_h264.mkv", "V_MPEG4/ISO/AVC"}};
-  for (const auto& [name, codec_id] : cases) {
+  struct Case {
+    const char* name;
+    const char* codec_id;
+    const char* demuxer;
+  };
+  const Case cases[] = {{"round_trip_h264.mp4", "avc1", "qtdemux"},
+                        {"round_trip_h264.mkv", "V_MPEG4/ISO/AVC", "matroskademux"}};
+  for (const auto& [name, codec_id, demuxer] : cases) {
     TempFile file(name);
     write_video(file.uri(), kFrames, "h264");
     ASSERT_TRUE(std::filesystem::exists(file.path())) << name;
     ASSERT_GT(std::filesystem::file_size(file.path()), 1000U) << name;
     EXPECT_TRUE(file_contains(file.path(), codec_id)) << name << " holds no " << codec_id;
+    // Browsers, QuickTime and hardware decoders play 4:2:0 in main or high,
+    // not the High 4:4:4 profile x264enc picks for BGR input.
+    const H264Stream stream = h264_stream_of(file.path(), demuxer);
+    EXPECT_TRUE(stream.error.empty()) << name << ": " << stream.error;
+    EXPECT_EQ(stream.chroma_format, "4:2:0") << name;
+    EXPECT_TRUE(stream.profile == "high" || stream.profile == "main") << name << " has profile " << stream.profile;
     expect_written_frames(read_video(file.uri()), name);
+  }
+}
+
+// The progress line's percentage and eta come from the `expected` counter.
+TEST(VideoSource, TellsItsLengthOnlyWhenKnown) {
+  TempFile avi("length.avi");
+  write_video(avi.uri(), kFrames);
+  TempFile mp4("length.mp4");
+  write_video(mp4.uri(), kFrames, "h264");
+  for (const std::int64_t count : {std::int64_t{0}, std::int64_t{10}, std::int64_t{100}}) {
+    const std::string uri = count == 100 ? mp4.uri() : avi.uri();
+    StageRunner source(video_registry(), "video.source", "replay");
+    video_test::StopGuard stop_source(source);
+    ASSERT_TRUE(source.set("uri", uri).ok());
+    ASSERT_TRUE(source.set("count", count).ok());
+    ASSERT_TRUE(source.start().ok());
+    bool all_ok = true;
+    const Status s = pull_until(
+        source, [] { return false; }, std::chrono::seconds(60), &all_ok);
+    EXPECT_TRUE(all_ok) << s.message();
+    EXPECT_TRUE(s.is_end_of_stream()) << s.message();
+    // The file's length, or the count when that is shorter.
+    const std::int64_t frames = count > 0 ? std::min<std::int64_t>(count, kFrames) : kFrames;
+    EXPECT_EQ(source.counter_value("expected"), frames) << uri << ", count " << count;
+    EXPECT_EQ(source.output("frames").size(), static_cast<std::size_t>(frames)) << uri << ", count " << count;
+    source.stop();
+  }
+  // A live camera knows only its count.
+  for (const std::int64_t count : {std::int64_t{0}, std::int64_t{5}}) {
+    StageRunner camera(video_registry(), "video.source", "camera");
+    video_test::StopGuard stop_camera(camera);
+    ASSERT_TRUE(camera.set("uri", std::string("test://smpte")).ok());
+    ASSERT_TRUE(camera.set("count", count).ok());
+    ASSERT_TRUE(camera.start().ok());
+    EXPECT_EQ(camera.counter_value("expected"), count);
+    camera.stop();
   }
 }
 

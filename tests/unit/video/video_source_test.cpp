@@ -99,6 +99,10 @@ TEST(VideoUri, SinkUrisAndCodecs) {
 
   const std::string d = video::record_pipeline(video::Container::avi, video::Codec::mjpeg, 80);
   EXPECT_NE(d.find("jpegenc quality=80 ! avimux ! filesink name=file"), std::string::npos) << d;
+  // H.264 is encoded 4:2:0 in the high profile, which every player decodes.
+  const std::string h = video::record_pipeline(video::Container::mp4, video::Codec::h264, 80);
+  EXPECT_NE(h.find("videoconvert ! video/x-raw,format=I420 ! x264enc "), std::string::npos) << h;
+  EXPECT_NE(h.find(" ! video/x-h264,profile=high ! mp4mux"), std::string::npos) << h;
 }
 
 // -- the watchdog's decisions, with explicit time -----------------------------------
