@@ -7,8 +7,11 @@
 
 #include <swarmflow/envelope.hpp>
 
+#include "runtime/routing_table.hpp"
+
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<swarmflow::Envelope>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const swarmflow::runtime::RoutingTable>)
 
 namespace swarmflow::runtime {
 
@@ -23,5 +26,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
+/// (shared_ptr<const RoutingTable>): a new placement is in force
+using placement_atom = caf::atom_constant<caf::atom("placement")>;
 
 }  // namespace swarmflow::runtime

@@ -132,6 +132,16 @@ void ReplicaCore::stop_source() {
   end_event();
 }
 
+void ReplicaCore::placement_changed(const PlacementChange& change) {
+  for (auto& out : out_) {
+    if (static_cast<std::size_t>(out.edge) < change.remote_consumers.size()) {
+      out.router.set_remote(change.remote_consumers[static_cast<std::size_t>(out.edge)],
+                            setup_.max_remote_payload_bytes);
+    }
+  }
+  end_event();
+}
+
 void ReplicaCore::end_event() { flush_releases(); }
 
 // -- life cycle ---------------------------------------------------------

@@ -66,6 +66,14 @@ struct ReplicaSetup {
   std::function<std::int64_t()> clock;  ///< steady time in ns
 };
 
+/// A new placement, as one replica sees it (all pairs are (edge id, replica)).
+struct PlacementChange {
+  std::vector<std::vector<bool>> remote_consumers;
+  std::vector<std::pair<int, int>> moved_consumers;
+  std::vector<std::pair<int, int>> moved_producers;
+  std::vector<std::pair<int, int>> lost_producers;
+};
+
 /// One replica's decisions. Not thread-safe: one event at a time, as an actor
 /// delivers them.
 class ReplicaCore final : public StageContext {
@@ -87,6 +95,7 @@ class ReplicaCore final : public StageContext {
   void tick(int kind);
   /// A source ends its stream now.
   void stop_source();
+  void placement_changed(const PlacementChange& change);
 
   bool has_finished() const { return finished_; }
   /// Envelopes taken but not processed (not counting end-of-stream marks).

@@ -22,6 +22,7 @@
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
 #include "runtime/replica_stats.hpp"
+#include "runtime/routing_table.hpp"
 #include "transport/transport.hpp"
 
 namespace swarmflow::runtime {
@@ -49,14 +50,13 @@ struct RunState {
   graph::Graph graph;
   const Registry* registry = nullptr;
 
-  /// The unit hosting each replica: unit_of[node][replica].
-  std::vector<std::vector<int>> unit_of;
   std::vector<double> unit_speed;  ///< by unit
   /// Data plane of each unit hosted in this process (null for the others).
   std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::uint32_t epoch = 1;
-  /// The actor of each replica hosted in this process: actors[node][replica].
-  std::vector<std::vector<caf::actor>> actors;
+  /// The placement in force: every reader takes it once per step and keeps
+  /// that copy; a new placement is published whole.
+  std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }
+  void publish(std::shared_ptr<const RoutingTable> table) { std::atomic_store(&table_, std::move(table)); }
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
   /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_out;
@@ -76,6 +76,8 @@ struct RunState {
 
   // -- completion ---------------------------------------------------------
   void replica_finished(int count = 1);
+  /// Replicas placed here after the start (failover): the run also waits for them.
+  void adopt_replicas(int count);
   /// Ends the run now with an error (a unit died, the coordinator is gone):
   /// waiters wake although replicas have not finished.
   void abort(const std::string& message);
@@ -98,10 +100,14 @@ struct RunState {
   std::string error_;
   std::map<int, RemoteTransportStats> remote_transport_;
   std::map<int, UnitLoad> loads_;
+  std::shared_ptr<const RoutingTable> table_;
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.
-caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run, int node, int replica);
+/// `table` places the replica (its actor may not be in it yet: the host
+/// takes the run's published table when it starts).
+caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
+                             std::shared_ptr<const RoutingTable> table, int node, int replica);
 /// Starts a host: its stage is made and started, and a source begins producing.
 void send_start(const caf::actor& host);
 /// Tells a source host to end its stream now.

@@ -33,6 +33,11 @@ void RunState::replica_finished(int count) {
   }
 }
 
+void RunState::adopt_replicas(int count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  total_replicas += count;
+}
+
 void RunState::abort(const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_.empty()) error_ = message;
@@ -156,9 +161,7 @@ RunReport build_report(const RunState& run) {
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
     UnitReport unit;
     unit.id = run.spec.units[u].id;
-    for (const auto& replicas : run.unit_of) {
-      for (int owner : replicas) unit.replicas += owner == static_cast<int>(u) ? 1 : 0;
-    }
+    unit.replicas = run.table()->replicas_on(static_cast<int>(u));
     const UnitLoad load = run.load(static_cast<int>(u));
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
@@ -202,16 +205,26 @@ class InboundBatcher {
 
   void add(transport::Inbound&& in) {
     // The run is held from the first message of a burst to its end (flush).
-    if (!held_) held_ = run_.lock();
+    if (!held_) {
+      held_ = run_.lock();
+      if (held_) table_ = held_->table();
+    }
     RunState* run = held_.get();
     if (run == nullptr) return;
+    if (!early_.empty() && table_->epoch > early_epoch_) retry_early();
     const auto node = static_cast<std::size_t>(in.destination.node);
     const auto replica = static_cast<std::size_t>(in.destination.replica);
-    if (node >= run->actors.size() || replica >= run->actors[node].size() ||
-        run->unit_of[node][replica] != unit_ || !run->actors[node][replica]) {
-      return;  // not hosted here; the transport counted it as received, the sender will replay
+    if (node >= table_->unit_of.size() || replica >= table_->unit_of[node].size()) return;
+    const caf::actor target = table_->actor(static_cast<int>(node), static_cast<int>(replica));
+    if (table_->unit_of[node][replica] != unit_ || !target) {
+      // Sent under a newer placement than this unit has taken up yet (a
+      // replica placed here by a failover): kept until the table arrives.
+      if (in.destination.epoch > table_->epoch && early_.size() < kMaxEarly) {
+        early_epoch_ = table_->epoch;
+        early_.push_back(std::move(in));
+      }
+      return;  // else not hosted here; the transport counted it as received
     }
-    const caf::actor& target = run->actors[node][replica];
     const auto& h = in.header;
     switch (in.destination.kind) {
       case transport::FrameKind::deliver: {
@@ -237,10 +250,28 @@ class InboundBatcher {
   void flush() {
     for (auto& b : batches_) send(b);
     held_.reset();
+    table_.reset();
+  }
+
+  /// Delivers what came early once this unit has taken up its placement.
+  void tick() {
+    if (early_.empty()) return;
+    auto run = run_.lock();
+    if (!run || run->table()->epoch <= early_epoch_) return;
+    retry_early();
+    flush();
   }
 
  private:
   static constexpr std::size_t kMaxInboundBatch = 32;
+  /// Messages for a placement newer than this unit's, kept at most.
+  static constexpr std::size_t kMaxEarly = 1u << 16;
+
+  void retry_early() {
+    std::vector<transport::Inbound> early = std::move(early_);
+    early_.clear();
+    for (auto& in : early) add(std::move(in));
+  }
   struct Batch {
     caf::actor target;
     std::uint32_t edge;
@@ -248,12 +279,12 @@ class InboundBatcher {
     std::vector<Envelope> envelopes;
   };
 
-  static bool sent_by_producer(const RunState& run, const transport::Inbound& in) {
+  bool sent_by_producer(const RunState& run, const transport::Inbound& in) const {
     const auto edge = static_cast<std::size_t>(in.header.edge);
     if (in.sender < 0 || edge >= run.graph.edges.size()) return false;
     const graph::Edge& e = run.graph.edges[edge];
     if (e.to_node != static_cast<int>(in.destination.node)) return false;
-    const auto& producers = run.unit_of[static_cast<std::size_t>(e.from_node)];
+    const auto& producers = table_->unit_of[static_cast<std::size_t>(e.from_node)];
     const auto from = static_cast<std::size_t>(in.header.from_replica);
     return from < producers.size() && producers[from] == in.sender;
   }
@@ -278,6 +309,9 @@ class InboundBatcher {
 
   std::weak_ptr<RunState> run_;
   std::shared_ptr<RunState> held_;
+  std::shared_ptr<const RoutingTable> table_;  ///< held with the run, for one burst
+  std::vector<transport::Inbound> early_;
+  std::uint32_t early_epoch_ = 0;
   int unit_;
   std::vector<Batch> batches_;
 };
@@ -323,12 +357,13 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
     std::int64_t busy = 0;
     double utilisation = 0;
     std::size_t k = 0;
+    const auto table = run->table();
     auto report = transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
       std::vector<flatbuffers::Offset<schema::ReplicaLoad>> replicas;
       for (const auto& node : run->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);
-        for (std::size_t r = 0; r < run->unit_of[n].size(); ++r) {
-          if (run->unit_of[n][r] != unit) continue;
+        for (std::size_t r = 0; r < table->unit_of[n].size(); ++r) {
+          if (table->unit_of[n][r] != unit) continue;
           const ReplicaStats& s = *run->replica_stats[n][r];
           busy += s.busy_ns.load(std::memory_order_relaxed);
           std::uint64_t arrivals = 0;
@@ -405,6 +440,7 @@ struct UnitSide {
   std::uint32_t epoch = 0;
   std::vector<std::vector<int>> plan;
   bool go = false;
+  bool replan = false;  ///< a newer plan arrived during the run
   bool shutdown = false;
   /// Every message from the coordinator is a heartbeat for this detector.
   std::unique_ptr<placement::FailureDetector> coordinator;
@@ -418,33 +454,32 @@ int unit_index(const config::PipelineSpec& spec, const std::string& id) {
   return -1;
 }
 
-int replicas_on(const RunState& run, int unit) {
-  int n = 0;
-  for (const auto& replicas : run.unit_of) {
-    for (int owner : replicas) n += owner == unit ? 1 : 0;
-  }
-  return n;
-}
+int replicas_on(const RunState& run, int unit) { return run.table()->replicas_on(unit); }
 
 void stop_local_sources(RunState& run) {
   run.stop_requested.store(true);
   for (const auto& node : run.graph.nodes) {
     if (!node.source()) continue;
-    for (const auto& a : run.actors[static_cast<std::size_t>(node.index)]) {
+    const auto table = run.table();
+    for (const auto& a : table->actors[static_cast<std::size_t>(node.index)]) {
       if (a) send_stop(a);
     }
   }
 }
 
+/// A replica lost with its unit, as a PlacementPlan says it.
+constexpr std::uint32_t kLostInPlan = 0xffffffffu;
+
 transport::ControlBuffer plan_message(const RunState& run) {
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
     std::vector<std::uint32_t> counts;
     std::vector<std::uint32_t> units;
-    for (const auto& replicas : run.unit_of) {
+    const auto table = run.table();
+    for (const auto& replicas : table->unit_of) {
       counts.push_back(static_cast<std::uint32_t>(replicas.size()));
-      for (int u : replicas) units.push_back(static_cast<std::uint32_t>(u));
+      for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
     }
-    auto body = schema::CreatePlacementPlan(fbb, run.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
+    auto body = schema::CreatePlacementPlan(fbb, table->epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
     return std::make_pair(schema::ControlBody::PlacementPlan, body.Union());
   });
 }
@@ -604,7 +639,9 @@ struct Runtime::Impl {
           runtime::make_n<runtime::EdgeSideStats>(g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas));
     }
     if (run->spec.units.empty()) run->spec.units.push_back(config::UnitDecl{"u0", "", 0, 1.0, ""});
-    run->unit_of = placement::place_static(run->spec);
+    auto table = std::make_shared<runtime::RoutingTable>();
+    table->unit_of = placement::place_static(run->spec);
+    run->publish(std::move(table));
     for (const auto& u : run->spec.units) run->unit_speed.push_back(u.speed);
     return {};
   }
@@ -689,6 +726,7 @@ struct Runtime::Impl {
       auto t = std::make_unique<transport::Transport>(
           transport::process_context(), cfg, [inbound](transport::Inbound&& in) { inbound->add(std::move(in)); });
       t->on_burst_end([inbound] { inbound->flush(); });
+      t->on_tick([inbound] { inbound->tick(); });
       if (!options.coordinator) {
         auto side = unit_side;
         // With several units here the coordinator beats to each; one of
@@ -722,24 +760,29 @@ struct Runtime::Impl {
     switch (c.body_type()) {
       case schema::ControlBody::PlacementPlan: {
         const auto* p = c.body_as_PlacementPlan();
-        if (side.has_plan || p->stage_replicas() == nullptr || p->units() == nullptr) break;
+        if (p->stage_replicas() == nullptr || p->units() == nullptr) break;
+        if (side.has_plan && p->epoch() <= side.epoch) break;
         std::vector<std::vector<int>> plan;
         std::size_t next = 0;
-        bool fits = p->stage_replicas()->size() == run.unit_of.size();
-        for (std::size_t node = 0; fits && node < run.unit_of.size(); ++node) {
+        const auto& nodes = run.graph.nodes;
+        bool fits = p->stage_replicas()->size() == nodes.size();
+        for (std::size_t node = 0; fits && node < nodes.size(); ++node) {
           const auto n = p->stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
-          fits = n == run.unit_of[node].size();
+          fits = n == static_cast<std::uint32_t>(nodes[node].decl->replicas);
           std::vector<int> replicas;
           for (std::uint32_t r = 0; fits && r < n; ++r, ++next) {
-            fits = next < p->units()->size() && p->units()->Get(static_cast<flatbuffers::uoffset_t>(next)) <
-                                                     run.spec.units.size();
-            if (fits) replicas.push_back(static_cast<int>(p->units()->Get(static_cast<flatbuffers::uoffset_t>(next))));
+            fits = next < p->units()->size();
+            if (!fits) break;
+            const std::uint32_t u = p->units()->Get(static_cast<flatbuffers::uoffset_t>(next));
+            fits = u < run.spec.units.size() || (u == runtime::kLostInPlan && side.has_plan);
+            if (fits) replicas.push_back(u == runtime::kLostInPlan ? runtime::kLostUnit : static_cast<int>(u));
           }
           plan.push_back(std::move(replicas));
         }
         if (!fits) break;  // not this pipeline's plan; the coordinator runs another file
         side.plan = std::move(plan);
         side.epoch = p->epoch();
+        if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
         side.has_plan = true;
         break;
       }
@@ -814,10 +857,10 @@ struct Runtime::Impl {
         run.record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
         break;
       case schema::ControlBody::Ready:
-        if (c.body_as_Ready()->epoch() == run.epoch) view.ready[i] = true;
+        if (c.body_as_Ready()->epoch() == run.table()->epoch) view.ready[i] = true;
         break;
       case schema::ControlBody::UnitDone:
-        if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.epoch) {
+        if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.table()->epoch) {
           view.done[i] = true;
           view.detectors->retire(i);  // it may leave now
           runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
@@ -973,20 +1016,23 @@ struct Runtime::Impl {
       caf_configs[u]->set("work-stealing.moderate-poll-attempts", std::size_t{0});
       systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
     }
-    run->actors.assign(run->graph.nodes.size(), {});
+    auto placed = run->table();
+    auto table = std::make_shared<runtime::RoutingTable>(*placed);
+    table->actors.assign(run->graph.nodes.size(), {});
     int here = 0;
     for (const auto& node : run->graph.nodes) {
-      auto& actors = run->actors[static_cast<std::size_t>(node.index)];
+      auto& actors = table->actors[static_cast<std::size_t>(node.index)];
       for (int r = 0; r < node.decl->replicas; ++r) {
-        const auto u = static_cast<std::size_t>(run->unit_of[static_cast<std::size_t>(node.index)][static_cast<std::size_t>(r)]);
-        if (local[u]) {
-          actors.push_back(runtime::spawn_stage_host(*systems[u], run, node.index, r));
+        const int u = placed->unit(node.index, r);
+        if (u != runtime::kLostUnit && local[static_cast<std::size_t>(u)]) {
+          actors.push_back(runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r));
           ++here;
         } else {
           actors.emplace_back();
         }
       }
     }
+    run->publish(std::move(table));
     if (!options.coordinator) run->total_replicas = here;
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
@@ -997,7 +1043,8 @@ struct Runtime::Impl {
 
   void start_local_hosts() {
     // Consumers first, so that sources find them ready.
-    for (auto it = run->actors.rbegin(); it != run->actors.rend(); ++it) {
+    const auto table = run->table();
+    for (auto it = table->actors.rbegin(); it != table->actors.rend(); ++it) {
       for (const auto& a : *it) {
         if (a) runtime::send_start(a);
       }
@@ -1012,7 +1059,7 @@ struct Runtime::Impl {
 
   /// Tears down whatever still runs after an abort.
   void kill_local_hosts() {
-    for (const auto& actors : run->actors) {
+    for (const auto& actors : run->table()->actors) {
       for (const auto& a : actors) {
         if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       }
@@ -1118,8 +1165,10 @@ Status Runtime::start() {
                                 StatusCode::unavailable));
     }
     std::lock_guard<std::mutex> lock(m.unit_side->mutex);
-    m.run->unit_of = m.unit_side->plan;
-    m.run->epoch = m.unit_side->epoch;
+    auto table = std::make_shared<runtime::RoutingTable>();
+    table->unit_of = m.unit_side->plan;
+    table->epoch = m.unit_side->epoch;
+    m.run->publish(std::move(table));
   }
 
   m.spawn_local_hosts();
@@ -1133,13 +1182,13 @@ Status Runtime::start() {
       return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
                                 StatusCode::unavailable));
     }
-    m.broadcast([&] { return runtime::simple_message<schema::Go>(schema::ControlBody::Go, m.run->epoch); });
+    m.broadcast([&] { return runtime::simple_message<schema::Go>(schema::ControlBody::Go, m.run->table()->epoch); });
   } else if (!m.options.coordinator) {
     for (std::size_t u = 0; u < m.local.size(); ++u) {
       if (!m.local[u]) continue;
-      m.run->transports[u]->set_epoch(m.run->epoch);
+      m.run->transports[u]->set_epoch(m.run->table()->epoch);
       const std::string id = m.run->spec.units[u].id;
-      const std::uint32_t epoch = m.run->epoch;
+      const std::uint32_t epoch = m.run->table()->epoch;
       m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
         return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
       }));
@@ -1168,7 +1217,7 @@ void Runtime::request_stop() {
   runtime::stop_local_sources(*m.run);
   if (m.distributed && m.options.coordinator) {
     m.broadcast([&] {
-      return runtime::simple_message<schema::StopSources>(schema::ControlBody::StopSources, m.run->epoch);
+      return runtime::simple_message<schema::StopSources>(schema::ControlBody::StopSources, m.run->table()->epoch);
     });
   }
 }
@@ -1200,7 +1249,7 @@ Status Runtime::wait() {
       }
     }
   } else if (m.distributed) {
-    m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->epoch); });
+    m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->table()->epoch); });
     if (m.run->aborted()) {
       // The units still alive send what they have; the report covers them.
       m.wait_cluster(
@@ -1219,7 +1268,12 @@ Status Runtime::wait() {
   m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
   m.stop_transports();
-  m.run->actors.clear();
+  {
+    // Let the hosts' actors go: a table without them.
+    auto table = std::make_shared<runtime::RoutingTable>(*m.run->table());
+    table->actors.clear();
+    m.run->publish(std::move(table));
+  }
   m.systems.clear();
   m.waited = true;
   m.result = m.run->ok() ? Status() : Status::error(m.run->error());

@@ -22,11 +22,11 @@ constexpr std::size_t kMaxRemoteBatch = 256;
 /// Payloads this large go to the transport as soon as they are made.
 constexpr std::size_t kSendAloneBytes = 64u << 10;
 
-ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, int node, int replica) {
+ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable& table, int node, int replica) {
   const graph::Graph& g = run->graph;
   const graph::Node& n = g.nodes[static_cast<std::size_t>(node)];
   const auto r = static_cast<std::size_t>(replica);
-  const int unit = run->unit_of[static_cast<std::size_t>(node)][r];
+  const int unit = table.unit(node, replica);
   ReplicaSetup s;
   s.graph = &run->graph;
   s.registry = run->registry;
@@ -41,7 +41,7 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, int node, int repl
   for (int e : n.out_edges) {
     const auto ei = static_cast<std::size_t>(e);
     s.out_stats[ei] = run->edge_out[ei][r].get();
-    const auto& consumers = run->unit_of[static_cast<std::size_t>(g.edges[ei].to_node)];
+    const auto& consumers = table.unit_of[static_cast<std::size_t>(g.edges[ei].to_node)];
     for (int owner : consumers) s.remote_consumers[ei].push_back(owner != unit);
   }
   s.max_remote_payload_bytes = static_cast<std::size_t>(run->spec.transport.max_message_bytes);
@@ -53,18 +53,24 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, int node, int repl
 
 class StageHost final : public ReplicaEffects {
  public:
-  StageHost(caf::event_based_actor* self, std::shared_ptr<RunState> run, int node, int replica)
+  StageHost(caf::event_based_actor* self, std::shared_ptr<RunState> run, std::shared_ptr<const RoutingTable> table,
+            int node, int replica)
       : self_(self),
         run_(std::move(run)),
+        table_(std::move(table)),
+        node_(node),
         replica_(replica),
-        unit_(run_->unit_of[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)]),
-        core_(make_setup(run_, node, replica), *this) {}
+        unit_(table_->unit(node, replica)),
+        core_(make_setup(run_, *table_, node, replica), *this) {}
 
   // Every handler ends with flush_outbox(): envelopes made while handling one
   // message go to each local consumer as one batch message.
   caf::behavior make_behavior() {
     return {
         [this](start_atom) {
+          // The table published once every host of its epoch was spawned,
+          // which names their actors.
+          if (auto table = run_->table(); table->epoch >= table_->epoch) table_ = std::move(table);
           core_.start();
           flush_outbox();
         },
@@ -100,6 +106,13 @@ class StageHost final : public ReplicaEffects {
         },
         [this](join_atom) {
           core_.tick(ReplicaCore::kJoin);
+          flush_outbox();
+        },
+        [this](placement_atom, std::shared_ptr<const RoutingTable>& table) {
+          if (table->epoch <= table_->epoch) return;
+          PlacementChange change = placement_change(*table_, *table);
+          table_ = std::move(table);
+          core_.placement_changed(change);
           flush_outbox();
         },
     };
@@ -146,11 +159,34 @@ class StageHost final : public ReplicaEffects {
  private:
   // -- messages to other replicas: direct within the unit, else the transport
 
-  int unit_of(int node, int replica) const {
-    return run_->unit_of[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)];
-  }
-  const caf::actor& local_actor(int node, int replica) const {
-    return run_->actors[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)];
+  int unit_of(int node, int replica) const { return table_->unit(node, replica); }
+  caf::actor local_actor(int node, int replica) const { return table_->actor(node, replica); }
+
+  /// What changed for this replica between two placements.
+  PlacementChange placement_change(const RoutingTable& before, const RoutingTable& after) const {
+    const graph::Graph& g = run_->graph;
+    const graph::Node& n = g.nodes[static_cast<std::size_t>(node_)];
+    PlacementChange change;
+    change.remote_consumers.resize(g.edges.size());
+    for (int e : n.out_edges) {
+      const int to = g.edges[static_cast<std::size_t>(e)].to_node;
+      const int consumers = static_cast<int>(after.unit_of[static_cast<std::size_t>(to)].size());
+      for (int r = 0; r < consumers; ++r) {
+        const int now = after.unit(to, r);
+        change.remote_consumers[static_cast<std::size_t>(e)].push_back(now != unit_);
+        if (now != before.unit(to, r) && now != kLostUnit) change.moved_consumers.emplace_back(e, r);
+      }
+    }
+    for (int e : n.in_edges) {
+      const int from = g.edges[static_cast<std::size_t>(e)].from_node;
+      const int producers = static_cast<int>(after.unit_of[static_cast<std::size_t>(from)].size());
+      for (int r = 0; r < producers; ++r) {
+        const int now = after.unit(from, r);
+        if (now == before.unit(from, r)) continue;
+        (now == kLostUnit ? change.lost_producers : change.moved_producers).emplace_back(e, r);
+      }
+    }
+    return change;
   }
   transport::Transport& transport() { return *run_->transports[static_cast<std::size_t>(unit_)]; }
 
@@ -195,10 +231,10 @@ class StageHost final : public ReplicaEffects {
     transport::OutboundMessage& m = remote_.emplace_back();
     m.unit = unit;
     m.destination = transport::Destination{kind, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(replica),
-                                           run_->epoch};
+                                           table_->epoch};
     m.header.edge = static_cast<std::uint32_t>(edge);
     m.header.from_replica = static_cast<std::uint32_t>(replica_);
-    m.header.epoch = run_->epoch;
+    m.header.epoch = table_->epoch;
     return m;
   }
 
@@ -207,7 +243,7 @@ class StageHost final : public ReplicaEffects {
   }
 
   void send_batch(Batch& b) {
-    const caf::actor& to = local_actor(b.node, b.replica);
+    const caf::actor to = local_actor(b.node, b.replica);
     if (b.envelopes.size() == 1) {
       self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
                   std::move(b.envelopes.front()));
@@ -252,6 +288,8 @@ class StageHost final : public ReplicaEffects {
 
   caf::event_based_actor* self_;
   std::shared_ptr<RunState> run_;
+  std::shared_ptr<const RoutingTable> table_;  ///< the placement this host routes by
+  int node_;
   int replica_;
   int unit_;
   std::vector<Batch> outbox_;
@@ -261,9 +299,10 @@ class StageHost final : public ReplicaEffects {
 
 }  // namespace
 
-caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run, int node, int replica) {
-  return system.spawn([run = std::move(run), node, replica](caf::event_based_actor* self) {
-    auto host = std::make_shared<StageHost>(self, run, node, replica);
+caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
+                             std::shared_ptr<const RoutingTable> table, int node, int replica) {
+  return system.spawn([run = std::move(run), table = std::move(table), node, replica](caf::event_based_actor* self) {
+    auto host = std::make_shared<StageHost>(self, run, table, node, replica);
     caf::behavior b = host->make_behavior();
     // The behavior's handlers use `host`; keep it alive as long as the actor.
     self->attach_functor([host] {});

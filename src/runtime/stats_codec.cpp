@@ -3,11 +3,12 @@
 namespace swarmflow::runtime {
 
 transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
+  const auto table = run.table();
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
     std::vector<flatbuffers::Offset<schema::ReplicaStats>> replicas;
-    for (std::size_t node = 0; node < run.unit_of.size(); ++node) {
-      for (std::size_t r = 0; r < run.unit_of[node].size(); ++r) {
-        if (run.unit_of[node][r] != unit) continue;
+    for (std::size_t node = 0; node < table->unit_of.size(); ++node) {
+      for (std::size_t r = 0; r < table->unit_of[node].size(); ++r) {
+        if (table->unit_of[node][r] != unit) continue;
         const ReplicaStats& s = *run.replica_stats[node][r];
         std::vector<flatbuffers::Offset<schema::Count>> counters;
         for (const auto& [name, value] : s.counters()) {
@@ -28,14 +29,14 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
     for (const auto& edge : run.graph.edges) {
       const auto e = static_cast<std::size_t>(edge.id);
       for (std::size_t r = 0; r < run.edge_out[e].size(); ++r) {
-        if (run.unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
+        if (table->unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
         const EdgeSideStats& s = *run.edge_out[e][r];
         edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), true,
                                                s.sent.load(), s.dropped.load(), 0, s.peak_in_flight.load(),
                                                s.too_large.load(), 0, s.peak_retained.load()));
       }
       for (std::size_t r = 0; r < run.edge_in[e].size(); ++r) {
-        if (run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
+        if (table->unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
         const EdgeSideStats& s = *run.edge_in[e][r];
         edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r),
                                                false, 0, 0, s.delivered.load(), 0, 0, s.refused.load()));
@@ -52,7 +53,7 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
                                        c.unknown_peer.load(), c.send_failed.load(), c.auth_refused.load());
     }
     const std::string error = run.error();
-    auto body = schema::CreateUnitDone(fbb, fbb.CreateString(run.spec.units[u].id), run.epoch, error.empty(),
+    auto body = schema::CreateUnitDone(fbb, fbb.CreateString(run.spec.units[u].id), table->epoch, error.empty(),
                                        fbb.CreateString(error), fbb.CreateVector(replicas), fbb.CreateVector(edges),
                                        transport_stats);
     return std::make_pair(schema::ControlBody::UnitDone, body.Union());
@@ -60,12 +61,13 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
 }
 
 void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
+  const auto table = run.table();
   if (done.replicas() != nullptr) {
     for (const auto* rs : *done.replicas()) {
       const auto node = static_cast<std::size_t>(rs->node());
       const auto r = static_cast<std::size_t>(rs->replica());
       if (node >= run.replica_stats.size() || r >= run.replica_stats[node].size()) continue;
-      if (run.unit_of[node][r] != unit) continue;
+      if (table->unit_of[node][r] != unit) continue;
       ReplicaStats& s = *run.replica_stats[node][r];
       s.processed += rs->processed();
       s.errors += rs->errors();
@@ -92,7 +94,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
       if (e >= run.graph.edges.size()) continue;
       const auto& edge = run.graph.edges[e];
       if (es->producer()) {
-        if (r >= run.edge_out[e].size() || run.unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
+        if (r >= run.edge_out[e].size() || table->unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
         EdgeSideStats& s = *run.edge_out[e][r];
         s.sent += es->sent();
         s.dropped += es->dropped();
@@ -100,7 +102,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
         if (es->peak_in_flight() > s.peak_in_flight.load()) s.peak_in_flight.store(es->peak_in_flight());
         if (es->peak_retained() > s.peak_retained.load()) s.peak_retained.store(es->peak_retained());
       } else {
-        if (r >= run.edge_in[e].size() || run.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
+        if (r >= run.edge_in[e].size() || table->unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
         run.edge_in[e][r]->delivered += es->delivered();
         run.edge_in[e][r]->refused += es->refused();
       }

@@ -106,6 +106,7 @@ struct Transport::Impl {
   std::unique_ptr<zmq::socket_t> control;
   ControlHandler control_handler;
   std::function<void()> burst_end;
+  std::function<void()> tick;
   std::deque<flatbuffers::DetachedBuffer> control_queue;  // guarded by mutex
   std::atomic<std::uint32_t> epoch{0};
   std::int64_t next_heartbeat_ns = 0;
@@ -509,6 +510,7 @@ struct Transport::Impl {
         [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof v);
       }
       flush_outgoing();
+      if (tick) tick();
       if ((items[0].revents & ZMQ_POLLIN) != 0) receive(router, true);
       if (monitor && (items[monitor_index].revents & ZMQ_POLLIN) != 0) {
         monitor->drain();
@@ -610,6 +612,7 @@ std::string Transport::bound_endpoint() const { return impl_->bound; }
 void Transport::on_control(ControlHandler handler) { impl_->control_handler = std::move(handler); }
 
 void Transport::on_burst_end(std::function<void()> done) { impl_->burst_end = std::move(done); }
+void Transport::on_tick(std::function<void()> tick) { impl_->tick = std::move(tick); }
 
 void Transport::set_epoch(std::uint32_t epoch) { impl_->epoch.store(epoch); }
 

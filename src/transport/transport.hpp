@@ -116,6 +116,10 @@ class Transport {
   /// Called on the transport thread after each burst of inbound messages
   /// (so the handler can pass them on in batches); set before start.
   void on_burst_end(std::function<void()> done);
+  /// Called on the transport thread once per turn of its loop (at least every
+  /// 100 ms, and whenever something is sent): for work that waits on state
+  /// other threads change. Set before start().
+  void on_tick(std::function<void()> tick);
   /// Queues a control message for the coordinator. Thread-safe.
   void send_control(flatbuffers::DetachedBuffer message);
   /// The placement epoch heartbeats carry.
