@@ -1,0 +1,36 @@
+#pragma once
+// Where the replicas of dead units go. Pure: the coordinator's failure
+// handling feeds it the placement in force and which units may take work.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/pipeline_spec.hpp"
+
+namespace swarmflow::placement {
+
+/// A replica placed nowhere: lost with its unit.
+constexpr int kLost = -1;
+
+/// The placement after some units died.
+struct FailoverPlan {
+  std::vector<std::vector<int>> unit_of;   ///< [stage][replica]: unit, or kLost
+  std::vector<std::pair<int, int>> moved;  ///< (stage, replica) placed on a survivor
+  std::vector<std::pair<int, int>> lost;   ///< (stage, replica) lost with their unit
+  /// Why the pipeline cannot go on (a replica that is not a source has no
+  /// unit its placement allows); empty when it can.
+  std::string refused;
+};
+
+/// Places every replica of a unit that is not `usable` (dead) on the usable
+/// unit its `placement.units` allows with the lowest load after taking it,
+/// where load is replicas hosted over threads x speed, stage by stage in
+/// file order, ties to the lower unit index (as place_static). A source's
+/// replica is not moved but lost: what it had not sent died with it, and a
+/// new one would send its stream again from the start. `is_source[stage]`
+/// says which stages are sources. A replica already lost stays lost.
+FailoverPlan place_after_failure(const config::PipelineSpec& spec, const std::vector<bool>& is_source,
+                                 const std::vector<std::vector<int>>& unit_of, const std::vector<bool>& usable);
+
+}  // namespace swarmflow::placement
