@@ -80,6 +80,19 @@ struct CoordinatorReport {
   std::uint64_t refused_handshakes = 0;
 };
 
+/// One failover: a unit declared dead and its replicas placed anew.
+struct FailoverReport {
+  std::string unit;            ///< the unit declared dead
+  double detected_s = 0;       ///< when, in seconds since the run started
+  std::int64_t silent_ms = 0;  ///< how long nothing had been heard from it
+  std::uint32_t epoch = 0;     ///< the placement epoch it started
+  /// Replicas placed anew, as `stage/replica -> unit`.
+  std::vector<std::string> moved;
+  /// Replicas lost with it (sources), as `stage/replica`: what they had not
+  /// sent is lost; the edges they fed count them as ended.
+  std::vector<std::string> lost;
+};
+
 /// The whole run.
 struct RunReport {
   std::string pipeline;
@@ -91,9 +104,10 @@ struct RunReport {
   std::vector<EdgeReport> edges;
   std::vector<UnitReport> units;
   CoordinatorReport coordinator;
+  std::vector<FailoverReport> failovers;
 
   /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units,
-  /// coordinator.
+  /// coordinator, failovers.
   std::string to_json() const;
   const StageReport* stage(const std::string& id) const;
   const EdgeReport* edge(const std::string& from, const std::string& to) const;

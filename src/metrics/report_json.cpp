@@ -105,6 +105,18 @@ std::string RunReport::to_json() const {
   Json coordinator_j = Json::object();
   coordinator_j["refused_handshakes"] = coordinator.refused_handshakes;
   j["coordinator"] = std::move(coordinator_j);
+  Json failovers_j = Json::array();
+  for (const FailoverReport& f : failovers) {
+    Json fj = Json::object();
+    fj["unit"] = f.unit;
+    fj["detected_s"] = f.detected_s;
+    fj["silent_ms"] = f.silent_ms;
+    fj["epoch"] = f.epoch;
+    fj["moved"] = f.moved;
+    fj["lost"] = f.lost;
+    failovers_j.push_back(std::move(fj));
+  }
+  j["failovers"] = std::move(failovers_j);
   // Names and messages come from users and stages; never fail on bad UTF-8.
   return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }

@@ -70,6 +70,10 @@ struct RunState {
   void record_load(int unit, double utilisation);
   UnitLoad load(int unit) const;
 
+  /// Failovers so far, for the report.
+  void record_failover(FailoverReport failover);
+  std::vector<FailoverReport> failovers() const;
+
   /// Transport counters of units hosted elsewhere, from their UnitDone.
   void set_remote_transport(int unit, const RemoteTransportStats& stats);
   std::optional<RemoteTransportStats> remote_transport(int unit) const;
@@ -85,7 +89,7 @@ struct RunState {
   void fail(const std::string& message);
   bool wait_finished(std::int64_t timeout_ms);  ///< true when all replicas finished
   int total_replicas = 0;
-  std::int64_t start_ns = 0;
+  std::atomic<std::int64_t> start_ns{0};  ///< set when the run starts; read by the failure watch
   std::atomic<std::int64_t> end_ns{0};
 
   bool ok() const;
@@ -100,6 +104,7 @@ struct RunState {
   std::string error_;
   std::map<int, RemoteTransportStats> remote_transport_;
   std::map<int, UnitLoad> loads_;
+  std::vector<FailoverReport> failovers_;
   std::shared_ptr<const RoutingTable> table_;
 };
 

@@ -10,6 +10,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "placement/failure_detector.hpp"
+#include "placement/failover.hpp"
 #include "placement/static_placement.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/run_state.hpp"
@@ -31,6 +32,16 @@ void RunState::replica_finished(int count) {
     end_ns.store(steady_now_ns());
     cv_.notify_all();
   }
+}
+
+void RunState::record_failover(FailoverReport failover) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failovers_.push_back(std::move(failover));
+}
+
+std::vector<FailoverReport> RunState::failovers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failovers_;
 }
 
 void RunState::adopt_replicas(int count) {
@@ -110,13 +121,15 @@ bool RunState::finished() const {
 namespace {
 
 RunReport build_report(const RunState& run) {
+  const auto table = run.table();
   RunReport r;
   r.pipeline = run.spec.name;
   r.ok = run.ok();
   r.error = run.error();
   r.finished = run.finished();
   const std::int64_t end = r.finished ? run.end_ns.load() : steady_now_ns();
-  r.duration_s = run.start_ns > 0 ? static_cast<double>(end - run.start_ns) / 1e9 : 0.0;
+  const std::int64_t start = run.start_ns.load();
+  r.duration_s = start > 0 ? static_cast<double>(end - start) / 1e9 : 0.0;
   const graph::Graph& g = run.graph;
   for (const auto& node : g.nodes) {
     StageReport s;
@@ -161,7 +174,7 @@ RunReport build_report(const RunState& run) {
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
     UnitReport unit;
     unit.id = run.spec.units[u].id;
-    unit.replicas = run.table()->replicas_on(static_cast<int>(u));
+    unit.replicas = table->replicas_on(static_cast<int>(u));
     const UnitLoad load = run.load(static_cast<int>(u));
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
@@ -192,6 +205,7 @@ RunReport build_report(const RunState& run) {
     }
     r.units.push_back(std::move(unit));
   }
+  r.failovers = run.failovers();
   return r;
 }
 
@@ -929,28 +943,124 @@ struct Runtime::Impl {
     if (watch.joinable()) watch.join();
   }
 
-  /// A unit declared dead ends the run with an error that names it: taking
-  /// over its work is failover's job, which does not exist yet.
+  /// A unit declared dead has its replicas placed on the survivors (a new
+  /// epoch, published here and sent to every unit process); its sources are
+  /// lost. Before the run has started, or when some replica has no unit to
+  /// go to, the run ends with an error that names the unit.
   void watch_units() {
     const std::int64_t now = steady_now_ns();
-    std::lock_guard<std::mutex> lock(cluster->mutex);
+    std::unique_lock<std::mutex> lock(cluster->mutex);
     const auto dead = cluster->detectors->declare_dead(now);
+    if (dead.empty()) return;
+    std::string who;
     for (const auto& d : dead) {
+      cluster->dead[d.unit] = true;
       char phi[64];
       std::snprintf(phi, sizeof phi, "%.1f", d.phi);
-      const std::string message = "unit '" + run->spec.units[d.unit].id + "' is dead: nothing heard from it for " +
-                                  std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
-                                  " reached failure.phi_threshold); its work cannot be taken over, so the run ends";
-      if (cluster->lost.empty()) cluster->lost = message;
-      cluster->dead[d.unit] = true;
-      run->abort(message);
+      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[d.unit].id + "' is dead: nothing heard from it for " +
+                                          std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
+                                          " reached failure.phi_threshold)");
     }
-    if (!dead.empty()) cluster->cv.notify_all();
+    std::vector<bool> usable(local.size());
+    for (std::size_t u = 0; u < usable.size(); ++u) {
+      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u]);
+    }
+    std::vector<bool> is_source;
+    for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
+    const auto table = run->table();
+    const bool running = run->start_ns > 0 && !run->finished();
+    const placement::FailoverPlan plan = placement::place_after_failure(run->spec, is_source, table->unit_of, usable);
+    if (!running || !plan.refused.empty()) {
+      const std::string message =
+          who + (running ? "; its work cannot be taken over (" + plan.refused + "), so the run ends"
+                         : "; the run ends");
+      if (cluster->lost.empty()) cluster->lost = message;
+      run->abort(message);
+      cluster->cv.notify_all();
+      return;
+    }
+    const std::uint32_t epoch = table->epoch + 1;
+    FailoverReport report;
+    for (const auto& d : dead) {
+      if (!report.unit.empty()) report.unit += ",";
+      report.unit += run->spec.units[d.unit].id;
+      report.silent_ms = std::max<std::int64_t>(report.silent_ms, d.silent_ns / 1'000'000);
+    }
+    report.detected_s = static_cast<double>(now - run->start_ns) / 1e9;
+    report.epoch = epoch;
+    const auto name = [&](const std::pair<int, int>& r) {
+      return run->graph.nodes[static_cast<std::size_t>(r.first)].decl->id + "/" + std::to_string(r.second);
+    };
+    for (const auto& m : plan.moved) {
+      report.moved.push_back(name(m) + " -> " +
+                             run->spec.units[static_cast<std::size_t>(plan.unit_of[static_cast<std::size_t>(m.first)]
+                                                                             [static_cast<std::size_t>(m.second)])]
+                                 .id);
+    }
+    for (const auto& l : plan.lost) report.lost.push_back(name(l));
+    lock.unlock();
+    std::string moved;
+    for (const auto& m : report.moved) moved += (moved.empty() ? "" : ", ") + m;
+    std::string lost;
+    for (const auto& l : report.lost) lost += (lost.empty() ? "" : ", ") + l;
+    std::fprintf(stderr, "swarmflow: %s; placement epoch %u: %s%s%s\n", who.c_str(), epoch,
+                 moved.empty() ? "nothing to move" : moved.c_str(), lost.empty() ? "" : "; lost: ", lost.c_str());
+    run->record_failover(std::move(report));
+    apply_placement(plan.unit_of, epoch);
+    broadcast([&] { return runtime::plan_message(*run); });
+    // Lost replicas never report; nothing else counts them as ended.
+    if (!plan.lost.empty()) run->replica_finished(static_cast<int>(plan.lost.size()));
+  }
+
+  /// Takes up a new placement in this process: hosts for the replicas placed
+  /// here anew are spawned, the table is published, and every other local
+  /// host is told (it replays to moved consumers, drops duplicates of moved
+  /// producers and counts lost ones as ended).
+  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) {
+    const auto before = run->table();
+    if (epoch <= before->epoch) return;
+    auto placed = std::make_shared<runtime::RoutingTable>();
+    placed->epoch = epoch;
+    placed->unit_of = std::move(unit_of);
+    auto table = std::make_shared<runtime::RoutingTable>(*placed);
+    table->actors = before->actors;
+    table->actors.resize(run->graph.nodes.size());
+    std::vector<caf::actor> fresh;
+    for (const auto& node : run->graph.nodes) {
+      auto& actors = table->actors[static_cast<std::size_t>(node.index)];
+      actors.resize(static_cast<std::size_t>(node.decl->replicas));
+      for (int r = 0; r < node.decl->replicas; ++r) {
+        const int u = placed->unit(node.index, r);
+        const bool here = u != runtime::kLostUnit && local[static_cast<std::size_t>(u)];
+        if (!here) {
+          actors[static_cast<std::size_t>(r)] = caf::actor();
+        } else if (before->unit(node.index, r) != u) {
+          actors[static_cast<std::size_t>(r)] =
+              runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r);
+          fresh.push_back(actors[static_cast<std::size_t>(r)]);
+        }
+      }
+    }
+    if (!options.coordinator && !fresh.empty()) run->adopt_replicas(static_cast<int>(fresh.size()));
+    std::shared_ptr<const runtime::RoutingTable> published = table;
+    run->publish(published);
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
+    }
+    for (const auto& actors : table->actors) {
+      for (const auto& a : actors) {
+        if (a && std::find(fresh.begin(), fresh.end(), a) == fresh.end()) {
+          caf::anon_send(a, runtime::placement_atom::value, published);
+        }
+      }
+    }
+    for (const auto& a : fresh) runtime::send_start(a);
   }
 
   /// A unit process that loses the coordinator says so once and carries on
   /// with its last placement (the coordinator holds only soft state).
   void watch_coordinator() {
+    take_up_new_plan();
     const std::int64_t now = steady_now_ns();
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     const placement::FailureDetector& d = *unit_side->coordinator;
@@ -967,6 +1077,29 @@ struct Runtime::Impl {
       unit_side->coordinator_lost = false;
       std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
                    run->spec.coordinator.c_str());
+    }
+  }
+
+  /// A unit process takes up a plan of a newer epoch (a failover) and tells
+  /// the coordinator it has.
+  void take_up_new_plan() {
+    std::vector<std::vector<int>> plan;
+    std::uint32_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> lock(unit_side->mutex);
+      if (!unit_side->replan) return;
+      unit_side->replan = false;
+      plan = unit_side->plan;
+      epoch = unit_side->epoch;
+    }
+    if (run->start_ns == 0) return;  // before the run: start() takes the plan up
+    apply_placement(std::move(plan), epoch);
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!local[u]) continue;
+      const std::string id = run->spec.units[u].id;
+      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
+      }));
     }
   }
 

@@ -239,6 +239,51 @@ TEST(UnitProcesses, AfterAUnitDiesTheReportStillHasTheFiguresOfTheUnitsAlive) {
   EXPECT_GE(received + 50, lines) << "the report lost most of what u2's sink received";
 }
 
+TEST(UnitProcesses, ASigkilledWorkUnitIsTakenOverAndNothingIsLostOrDuplicated) {
+  // source and sinks on u0 (the coordinator's process), a keyed work stage
+  // with a replica on each of u1 and u2. u1 is killed mid-stream: its replica
+  // is placed on u2, the source replays what u1 had not released, and the
+  // sink sees every envelope once, in order per stream.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "failover.yaml", "pipeline: failover\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
+                           dir.file("u2.sock") + "\"}\n"
+                           "stages:\n"
+                           "  - {id: source, type: sim.source, params: {count: 4000, streams: 8},\n"
+                           "     placement: {units: [u0]}}\n"
+                           "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
+                           "     params: {service_us: 500}, placement: {units: [u1, u2], spread: true}}\n"
+                           "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n"
+                           "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
+                           "\", flush: true},\n     placement: {units: [u0]}}\n");
+  const std::string report = dir.file("failover.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c.err")) << slurp(dir.file("u2.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  ASSERT_NE(rc, -1) << err << slurp(dir.file("u2.err"));
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  EXPECT_NE(err.find("unit 'u1' is dead"), std::string::npos) << err;
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
+  EXPECT_EQ(r["failovers"][0]["unit"], "u1");
+  EXPECT_EQ(r["failovers"][0]["moved"][0], "work/0 -> u2") << r["failovers"].dump();
+  EXPECT_TRUE(r["failovers"][0]["lost"].empty());
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_EQ(sink["received"], 4000) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+}
+
 TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
   // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
   // envelope, and the source waits for its credit, so nothing is dropped);
