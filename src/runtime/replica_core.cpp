@@ -20,6 +20,8 @@ constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 /// Envelopes given up in a row, with no success between, after which a
 /// stage counts as failing for good and fails the run.
 constexpr int kMaxDeadLetterStreak = 5;
+/// Processed keys remembered per producer replica, per envelope it may retain.
+constexpr std::size_t kDedupWindowPerRetained = 4;
 
 }  // namespace
 
@@ -38,7 +40,14 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     const int upstream = g.nodes[static_cast<std::size_t>(edge.from_node)].decl->replicas;
     in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
     in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
-                         std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)]});
+                         std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)], {}});
+    // The dedup window: 4 x what the producer may retain for this replica.
+    const std::size_t window =
+        kDedupWindowPerRetained *
+        retention_limit(edge.capacity,
+                        n.decl->join.enabled ? n.in_edges.size() * join_set_limit(n.decl->queue.capacity) : 0);
+    in_.back().upstream.resize(static_cast<std::size_t>(upstream));
+    for (auto& up : in_.back().upstream) up.seen.resize(window);
     eos_remaining_ += upstream;
   }
   join_ = n.decl->join;
@@ -57,7 +66,9 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
         edge.capacity, to.decl->join.enabled ? to.in_edges.size() * join_set_limit(to.decl->queue.capacity) : 0);
     out_.push_back(OutEdge{e, edge.from_port, edge.to_node, downstream,
                            EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key, retain),
-                           setup_.out_stats[static_cast<std::size_t>(e)]});
+                           setup_.out_stats[static_cast<std::size_t>(e)],
+                           std::vector<bool>(static_cast<std::size_t>(downstream), false),
+                           std::vector<bool>(static_cast<std::size_t>(downstream), false)});
     if (static_cast<std::size_t>(e) < setup_.remote_consumers.size()) {
       out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
                                     setup_.max_remote_payload_bytes);
@@ -132,17 +143,10 @@ void ReplicaCore::stop_source() {
   end_event();
 }
 
-void ReplicaCore::placement_changed(const PlacementChange& change) {
-  for (auto& out : out_) {
-    if (static_cast<std::size_t>(out.edge) < change.remote_consumers.size()) {
-      out.router.set_remote(change.remote_consumers[static_cast<std::size_t>(out.edge)],
-                            setup_.max_remote_payload_bytes);
-    }
-  }
-  end_event();
+void ReplicaCore::end_event() {
+  flush_releases();
+  if (finished_ && !left_) maybe_leave();
 }
-
-void ReplicaCore::end_event() { flush_releases(); }
 
 // -- life cycle ---------------------------------------------------------
 
@@ -210,14 +214,129 @@ void ReplicaCore::maybe_finish() {
   finish();
 }
 
+/// Stops the stage, returns every credit and release, and ends every
+/// out-edge. The replica leaves (effects_.finished()) once its consumers have
+/// released all it sent them (maybe_leave): until then a consumer's unit may
+/// die and what it had not released is replayed from here.
 void ReplicaCore::finish() {
   finished_ = true;
   stop_stage();
   for (auto& in : in_) flush_acks(in, true);
   for (auto& out : out_) {
-    for (int r = 0; r < out.consumers; ++r) effects_.end_of_stream(out.to_node, r, out.edge);
+    for (int r = 0; r < out.consumers; ++r) {
+      effects_.end_of_stream(out.to_node, r, out.edge);
+      out.eos_sent[static_cast<std::size_t>(r)] = true;
+    }
   }
+}
+
+void ReplicaCore::maybe_leave() {
+  if (!finished_ || left_) return;
+  for (const auto& out : out_) {
+    if (out.router.retained() > 0) return;
+    for (bool due : out.eos_due) {
+      if (due) return;
+    }
+  }
+  left_ = true;
   effects_.finished();
+}
+
+void ReplicaCore::send_due_marks() {
+  for (auto& out : out_) {
+    for (int r = 0; r < out.consumers; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      if (!out.eos_due[i] || out.router.replaying(r) > 0 || out.router.waiting() > 0) continue;
+      effects_.end_of_stream(out.to_node, r, out.edge);
+      out.eos_due[i] = false;
+      out.eos_sent[i] = true;
+    }
+  }
+}
+
+// -- placement changes --------------------------------------------------
+
+void ReplicaCore::placement_changed(const PlacementChange& change) {
+  for (auto& out : out_) {
+    const auto e = static_cast<std::size_t>(out.edge);
+    if (e < change.remote_consumers.size()) {
+      out.router.set_remote(change.remote_consumers[e], setup_.max_remote_payload_bytes);
+    }
+  }
+  for (const auto& [edge, replica] : change.moved_consumers) {
+    if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) continue;
+    const int index = out_index_[static_cast<std::size_t>(edge)];
+    if (index < 0) continue;
+    OutEdge& out = out_[static_cast<std::size_t>(index)];
+    if (replica < 0 || replica >= out.consumers) continue;
+    const auto r = static_cast<std::size_t>(replica);
+    const auto e = static_cast<std::size_t>(edge);
+    const bool remote = e < change.remote_consumers.size() && r < change.remote_consumers[e].size() &&
+                        change.remote_consumers[e][r];
+    dispatches_.clear();
+    out.router.replace(replica, remote, dispatches_);
+    send_dispatches(out);
+    // The new placement has not seen the mark: it follows the replay.
+    if (out.eos_sent[r]) {
+      out.eos_sent[r] = false;
+      out.eos_due[r] = true;
+    }
+  }
+  auto in_edge = [this](int edge, int from) {
+    if (edge < 0 || static_cast<std::size_t>(edge) >= in_index_.size()) return -1;
+    const int index = in_index_[static_cast<std::size_t>(edge)];
+    if (index < 0 || from < 0 || static_cast<std::size_t>(from) >= in_[static_cast<std::size_t>(index)].upstream.size()) {
+      return -1;
+    }
+    return index;
+  };
+  for (const auto& [edge, from] : change.moved_producers) {
+    const int index = in_edge(edge, from);
+    if (index < 0) continue;
+    forget_producer(index, from);
+    // Its new incarnation makes again what its inputs' replay makes: what
+    // this replica processed of that is recognised by (stream, seq).
+    Upstream& up = in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)];
+    up.dedup = std::make_unique<Dedup>();
+    up.dedup->left = up.seen.size();
+    up.dedup->processed.reserve(up.filled);
+    for (std::size_t i = 0; i < up.filled; ++i) ++up.dedup->processed[up.seen[i]];
+  }
+  for (const auto& [edge, from] : change.lost_producers) {
+    const int index = in_edge(edge, from);
+    if (index < 0) continue;
+    forget_producer(index, from);
+    Upstream& up = in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)];
+    if (!up.ended) {
+      up.ended = true;
+      --eos_remaining_;
+    }
+  }
+  if (finished_) {
+    send_due_marks();
+  } else if (!blocked()) {
+    resume();
+  }
+  end_event();
+}
+
+void ReplicaCore::forget_producer(int in_index, int from) {
+  InEdge& in = in_[static_cast<std::size_t>(in_index)];
+  const auto f = static_cast<std::size_t>(from);
+  in.unacked[f] = 0;
+  in.releasable[f] = 0;
+  for (std::size_t n = ledger_.size(); n > 0; --n) {
+    const Held h = ledger_.front();
+    ledger_.pop_front();
+    if (h.in == in_index && h.from == from) {
+      ledger_count_ -= h.count;
+    } else {
+      ledger_.push_back(h);
+    }
+  }
+  // What is still queued from the old incarnation is processed, but its
+  // credit and release are owed to no one.
+  ++in.upstream[f].generation;
 }
 
 // -- input side ---------------------------------------------------------
@@ -233,7 +352,9 @@ void ReplicaCore::enqueue(int edge, int from, Envelope&& e, std::int64_t now) {
   auto& counter = e.payload() ? in_[static_cast<std::size_t>(in)].stats->delivered
                               : in_[static_cast<std::size_t>(in)].stats->refused;
   counter.fetch_add(1, std::memory_order_relaxed);
-  queue_.push_back(Item{in, from, std::move(e).with_header(h), false});
+  const std::uint32_t generation =
+      in_[static_cast<std::size_t>(in)].upstream[static_cast<std::size_t>(from)].generation;
+  queue_.push_back(Item{in, from, std::move(e).with_header(h), false, generation});
   ++data_queued_;
   if (data_queued_ > setup_.stats->queue_peak.load(std::memory_order_relaxed)) {
     setup_.stats->queue_peak.store(data_queued_, std::memory_order_relaxed);
@@ -249,7 +370,7 @@ void ReplicaCore::after_input(std::int64_t now) {
 void ReplicaCore::end_of_stream(int edge, int from) {
   const int in = in_index_[static_cast<std::size_t>(edge)];
   if (in >= 0) {
-    queue_.push_back(Item{in, from, Envelope(), true});
+    queue_.push_back(Item{in, from, Envelope(), true, 0});
     drain();
     maybe_finish();
   }
@@ -267,31 +388,83 @@ void ReplicaCore::drain(std::int64_t now) {
   std::int64_t t = now != 0 ? now : setup_.clock();
   while (!queue_.empty() && !blocked()) {
     Item& item = queue_.front();
+    InEdge& in = in_[static_cast<std::size_t>(item.in)];
+    Upstream& up = in.upstream[static_cast<std::size_t>(item.from)];
     if (item.eos) {
-      --eos_remaining_;
-      flush_acks(in_[static_cast<std::size_t>(item.in)], true);
+      // A new incarnation of a producer may end its stream again.
+      if (!up.ended) {
+        up.ended = true;
+        --eos_remaining_;
+      }
+      flush_acks(in, true);
     } else if (!item.envelope.payload()) {
+      settle_item(item);
+      --data_queued_;
+    } else if (up.dedup && item.generation == up.generation && is_duplicate(up, item.envelope.header())) {
+      // Acknowledged, so the sender's credits and retention stay right.
+      ++duplicates_dropped_;
+      if (duplicates_counter_ == nullptr) duplicates_counter_ = &setup_.stats->counter("duplicates_dropped");
+      duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
       --data_queued_;
     } else if (join_.enabled) {
+      remember(up, item);
       join_insert(item, t);
-      acknowledge(item.in, item.from);
+      settle_item(item);
       --data_queued_;
     } else if (origin_ = next_ordinal_; !process_item(item, t)) {
       break;  // failed; retried after the backoff
     } else {
-      acknowledge(item.in, item.from);
+      remember(up, item);
+      settle_item(item);
       --data_queued_;
     }
     queue_.pop_front();
   }
   setup_.stats->queued.store(data_queued_, std::memory_order_relaxed);
+  // A replica that has ended takes only what a new incarnation of a
+  // producer sends again: nothing of it waits, so it is acknowledged at once.
+  if (finished_) {
+    for (auto& in : in_) flush_acks(in, true);
+  }
+}
+
+void ReplicaCore::remember(Upstream& up, const Item& item) {
+  const EnvelopeHeader& h = item.envelope.header();
+  const Key key{h.stream, h.seq};
+  up.seen[up.next] = key;
+  if (++up.next == up.seen.size()) up.next = 0;
+  if (up.filled < up.seen.size()) ++up.filled;
+  // Processed from an old incarnation after its producer moved: the new
+  // one may send it again.
+  if (up.dedup && item.generation != up.generation) ++up.dedup->processed[key];
+}
+
+bool ReplicaCore::is_duplicate(Upstream& up, const EnvelopeHeader& h) {
+  Dedup& d = *up.dedup;
+  bool duplicate = false;
+  const auto it = d.processed.find(Key{h.stream, h.seq});
+  if (it != d.processed.end() && it->second > 0) {
+    --it->second;
+    duplicate = true;
+  }
+  if (--d.left == 0) up.dedup.reset();
+  return duplicate;
+}
+
+void ReplicaCore::settle_item(const Item& item) {
+  const InEdge& in = in_[static_cast<std::size_t>(item.in)];
+  if (item.generation == in.upstream[static_cast<std::size_t>(item.from)].generation) {
+    acknowledge(item.in, item.from);
+  } else {
+    ++next_ordinal_;  // its outputs name it as their origin; nothing to release upstream
+  }
 }
 
 /// Runs the stage on one envelope; false when it must be retried later.
 /// `t` is the start time on entry and the end time on return.
 bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
-  if (failed_) {
+  if (failed_ || finished_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -398,7 +571,7 @@ void ReplicaCore::schedule_join_tick() {
 /// Runs the stage on a joined set. A set that fails is retried at once
 /// with a fresh stage, and given up as a dead letter after kMaxAttempts.
 void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
-  if (failed_) {
+  if (failed_ || finished_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -607,7 +780,7 @@ bool ReplicaCore::any_blocked() const {
 
 bool ReplicaCore::any_waiting() const {
   for (const auto& out : out_) {
-    if (out.router.waiting() > 0) return true;
+    if (out.router.waiting() > 0 || out.router.replaying() > 0) return true;
   }
   return false;
 }
@@ -651,6 +824,7 @@ void ReplicaCore::send_dispatches(OutEdge& out) {
   out.stats->peak_in_flight.store(static_cast<std::uint64_t>(out.router.peak_outstanding()),
                                   std::memory_order_relaxed);
   out.stats->peak_retained.store(out.router.peak_retained(), std::memory_order_relaxed);
+  out.stats->replayed.store(out.router.replayed(), std::memory_order_relaxed);
 }
 
 void ReplicaCore::ack(int edge, int replica, int credits, int released, double service_ns) {
@@ -660,7 +834,11 @@ void ReplicaCore::ack(int edge, int replica, int credits, int released, double s
     dispatches_.clear();
     out.router.on_ack(replica, credits, released, service_ns, dispatches_);
     send_dispatches(out);
-    if (!blocked()) resume();
+    if (finished_) {
+      send_due_marks();
+    } else if (!blocked()) {
+      resume();
+    }
   }
   end_event();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <swarmflow/registry.hpp>
@@ -68,9 +69,19 @@ struct ReplicaSetup {
 
 /// A new placement, as one replica sees it (all pairs are (edge id, replica)).
 struct PlacementChange {
+  /// By edge id: which consumer replicas of this replica's out-edges are on
+  /// other units now (as ReplicaSetup::remote_consumers).
   std::vector<std::vector<bool>> remote_consumers;
+  /// Out-edges' consumer replicas placed anew: replay to them, and if this
+  /// replica had already ended that edge, the end-of-stream mark follows the
+  /// replay again.
   std::vector<std::pair<int, int>> moved_consumers;
+  /// In-edges' producer replicas placed anew: the new incarnation starts with
+  /// fresh credits and sends again what its inputs' replay makes; envelopes it
+  /// sends again that this replica already processed are dropped as duplicates.
   std::vector<std::pair<int, int>> moved_producers;
+  /// In-edges' producer replicas gone for good (a source on a dead unit): they
+  /// count as ended.
   std::vector<std::pair<int, int>> lost_producers;
 };
 
@@ -95,9 +106,18 @@ class ReplicaCore final : public StageContext {
   void tick(int kind);
   /// A source ends its stream now.
   void stop_source();
+  /// Replicas this one exchanges envelopes with were placed anew (their unit
+  /// died): replays to moved consumers, forgets what it owed moved or lost
+  /// producers, and drops what a moved producer sends again as duplicates.
   void placement_changed(const PlacementChange& change);
 
+  /// The stage is done: its inputs ended, it is stopped, its marks are sent.
   bool has_finished() const { return finished_; }
+  /// `ReplicaEffects::finished()` was called: the stage is done and every
+  /// consumer released everything it was sent, so nothing is left to replay.
+  bool has_left() const { return left_; }
+  /// Envelopes a moved producer sent again that this replica had processed.
+  std::uint64_t duplicates_dropped() const { return duplicates_dropped_; }
   /// Envelopes taken but not processed (not counting end-of-stream marks).
   std::uint64_t queued() const { return data_queued_; }
   /// Processed envelopes whose release has not been sent yet.
@@ -116,6 +136,29 @@ class ReplicaCore final : public StageContext {
   std::atomic<std::int64_t>& counter(std::string_view name) override { return setup_.stats->counter(name); }
 
  private:
+  /// What identifies an envelope to duplicate detection.
+  struct Key {
+    std::uint64_t stream = 0;
+    std::uint64_t seq = 0;
+    bool operator==(const Key& o) const { return stream == o.stream && seq == o.seq; }
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const { return static_cast<std::size_t>(mix64(k.stream) ^ k.seq); }
+  };
+  /// Keys a moved producer may send again, with how often each was processed.
+  struct Dedup {
+    std::unordered_map<Key, int, KeyHash> processed;
+    std::size_t left = 0;  ///< arrivals still to check
+  };
+  /// One producer replica of an in-edge.
+  struct Upstream {
+    std::vector<Key> seen;  ///< ring of the last processed keys
+    std::size_t next = 0;   ///< slot of seen the next key goes to
+    std::size_t filled = 0;
+    std::uint32_t generation = 0;  ///< bumped each time the producer is placed anew
+    bool ended = false;            ///< its end of stream has counted
+    std::unique_ptr<Dedup> dedup;  ///< while its new incarnation may send duplicates
+  };
   struct InEdge {
     int edge;
     int port;
@@ -123,6 +166,7 @@ class ReplicaCore final : public StageContext {
     std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
     std::vector<int> releasable;  ///< per upstream replica: released here, release not yet sent
     EdgeSideStats* stats;
+    std::vector<Upstream> upstream;  ///< per upstream replica
   };
   struct OutEdge {
     int edge;
@@ -131,12 +175,15 @@ class ReplicaCore final : public StageContext {
     int consumers;
     EdgeRouter router;
     EdgeSideStats* stats;
+    std::vector<bool> eos_sent;  ///< per consumer replica: the mark went to its current placement
+    std::vector<bool> eos_due;   ///< per consumer replica: the mark is to follow its replay
   };
   struct Item {
     int in;    ///< index into in_
     int from;  ///< upstream replica
     Envelope envelope;
     bool eos;
+    std::uint32_t generation;  ///< of the producer's placement it came from
   };
   /// Envelopes of one key, one per input port, waiting for the rest.
   struct JoinSet {
@@ -162,6 +209,10 @@ class ReplicaCore final : public StageContext {
   void resume();
   void maybe_finish();
   void finish();
+  /// Calls effects_.finished() once finished and everything sent is released.
+  void maybe_leave();
+  /// Sends the marks due after a replay once the replay has left.
+  void send_due_marks();
   void fail_permanently(const std::string& message);
 
   // -- input side
@@ -170,6 +221,14 @@ class ReplicaCore final : public StageContext {
   bool blocked() const;
   void drain(std::int64_t now = 0);
   bool process_item(Item& item, std::int64_t& t);
+  /// Records a processed envelope's key in its producer's ring.
+  void remember(Upstream& up, const Item& item);
+  /// Whether an arrival from a moved producer was processed already.
+  bool is_duplicate(Upstream& up, const EnvelopeHeader& h);
+  /// Returns credit for a consumed item, unless its producer was placed anew since.
+  void settle_item(const Item& item);
+  /// Drops what this replica owes producer replica `from` of in-edge `in_index`.
+  void forget_producer(int in_index, int from);
   Status call_process();
   bool on_failure(const Status& s);
   /// Counts a dead letter; a streak of them fails the stage for good.
@@ -237,6 +296,9 @@ class ReplicaCore final : public StageContext {
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  bool left_ = false;
+  std::uint64_t duplicates_dropped_ = 0;
+  std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;
   bool live_ = false;

@@ -48,6 +48,7 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> refused{0};  ///< consumer side: payload refused by this unit's transport, acknowledged
   std::atomic<std::uint64_t> peak_in_flight{0};
   std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
+  std::atomic<std::uint64_t> replayed{0};  ///< producer side: sent again to a consumer replica placed anew
 };
 
 }  // namespace swarmflow::runtime

@@ -79,6 +79,7 @@ EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bo
       ring_(replicas),
       views_(static_cast<std::size_t>(std::max(1, replicas))),
       in_flight_(static_cast<std::size_t>(std::max(1, replicas))),
+      replay_(static_cast<std::size_t>(std::max(1, replicas))),
       retention_limit_(retain > 0 ? retain : runtime::retention_limit(capacity)) {
   for (auto& v : views_) v.credits = capacity_;
   fixed_waiting_.assign(views_.size(), 0);
@@ -96,7 +97,9 @@ std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
 const std::vector<ReplicaView>& EdgeRouter::restricted_views(bool exclude_fixed) {
   scratch_ = views_;
   for (std::size_t i = 0; i < scratch_.size(); ++i) {
-    if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_) scratch_[i].credits = 0;
+    if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_ || !replay_[i].empty()) {
+      scratch_[i].credits = 0;
+    }
   }
   return scratch_;
 }
@@ -109,17 +112,84 @@ int EdgeRouter::choose(const Envelope& e) {
 }
 
 bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
-  if (target < 0 || !can_take(target)) return false;
-  ReplicaView& v = views_[static_cast<std::size_t>(target)];
+  if (target < 0 || !can_take_new(target)) return false;
+  ++dispatched_;
+  retain(target, e);
+  out.push_back(Dispatch{target, std::move(e)});
+  return true;
+}
+
+void EdgeRouter::retain(int replica, const Envelope& e) {
+  ReplicaView& v = views_[static_cast<std::size_t>(replica)];
   --v.credits;
   peak_outstanding_ = std::max(peak_outstanding_, capacity_ - v.credits);
-  ++dispatched_;
-  auto& flight = in_flight_[static_cast<std::size_t>(target)];
+  auto& flight = in_flight_[static_cast<std::size_t>(replica)];
   flight.push_back(e);
   if (flight.size() == retention_limit_) ++full_replicas_;
   peak_retained_ = std::max(peak_retained_, flight.size());
-  out.push_back(Dispatch{target, std::move(e)});
-  return true;
+}
+
+std::size_t EdgeRouter::retained() const {
+  std::size_t n = replay_pending_;
+  for (const auto& flight : in_flight_) n += flight.size();
+  return n;
+}
+
+// -- replay -------------------------------------------------------------------
+
+void EdgeRouter::replace(int replica, bool remote, std::vector<Dispatch>& out) {
+  if (replica < 0 || replica >= static_cast<int>(views_.size())) return;
+  const auto r = static_cast<std::size_t>(replica);
+  // What was sent and not released comes first, then whatever an earlier
+  // replace() had not sent again yet: both in the order first sent.
+  auto& flight = in_flight_[r];
+  auto& replay = replay_[r];
+  RingQueue<Envelope> again;
+  if (flight.size() >= retention_limit_) --full_replicas_;
+  while (!flight.empty()) {
+    again.push_back(std::move(flight.front()));
+    flight.pop_front();
+  }
+  if (!replay.empty()) --replaying_replicas_;
+  replay_pending_ -= replay.size();
+  while (!replay.empty()) {
+    again.push_back(std::move(replay.front()));
+    replay.pop_front();
+  }
+  replay = std::move(again);
+  replay_pending_ += replay.size();
+  if (!replay.empty()) ++replaying_replicas_;
+  views_[r] = ReplicaView{capacity_, 0};
+  if (remote && remote_.empty()) remote_.assign(views_.size(), false);
+  if (!remote_.empty()) {
+    remote_[r] = remote;
+    if (std::find(remote_.begin(), remote_.end(), true) == remote_.end()) remote_.clear();
+  }
+  send_replay(replica, out);
+  send_waiting(out);
+}
+
+void EdgeRouter::send_replay(int replica, std::vector<Dispatch>& out) {
+  const auto r = static_cast<std::size_t>(replica);
+  auto& replay = replay_[r];
+  if (replay.empty()) return;
+  const bool too_far = !remote_.empty() && remote_[r];
+  while (!replay.empty() && can_take(replica)) {
+    Envelope e = std::move(replay.front());
+    replay.pop_front();
+    --replay_pending_;
+    if (too_far && e.payload() && e.payload()->size() > max_remote_payload_bytes_) {
+      // The transport cannot carry it to the replica's new unit.
+      --dispatched_;
+      ++dropped_;
+      ++too_large_;
+      continue;
+    }
+    ++replayed_;
+    retain(replica, e);
+    out.push_back(Dispatch{replica, std::move(e)});
+  }
+  if (replay.empty()) --replaying_replicas_;
 }
 
 std::uint64_t EdgeRouter::oldest_waiting_origin() const {
@@ -230,6 +300,12 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
   const bool was_full = flight.size() >= retention_limit_;
   for (int i = 0; i < released && !flight.empty(); ++i) flight.pop_front();
   if (was_full && flight.size() < retention_limit_) --full_replicas_;
+  // A replay goes before anything new for its replica.
+  if (replaying_replicas_ > 0) send_replay(replica, out);
+  send_waiting(out);
+}
+
+void EdgeRouter::send_waiting(std::vector<Dispatch>& out) {
   // Hand waiting envelopes to whoever has credit now, oldest first. An
   // envelope fixed to a replica (keyed edges, payloads too large for other
   // units) whose replica has no credit keeps its place, and so do later ones

@@ -87,6 +87,17 @@ class EdgeRouter {
   /// a replica in this unit (the one with the most credit, or its key's);
   /// with none it is dropped and counted in `too_large` (and `dropped`).
   void set_remote(std::vector<bool> remote, std::size_t max_remote_payload_bytes);
+  /// Consumer replica `replica` was placed anew (its unit died): everything
+  /// retained for it (sent, not released) is sent again to the new replica,
+  /// first and in the order first sent, before anything else for it; its
+  /// credits start afresh at `capacity`; overflow policies never drop these
+  /// envelopes. `remote` says whether the new replica is on another unit.
+  /// Appends what can go now to `out`; the rest goes as credits return.
+  /// Its service time counts as unknown again. A replayed envelope whose
+  /// payload is too large for the transport, now that its replica is on
+  /// another unit, cannot go: it counts in `too_large` and `dropped` (and
+  /// no longer in `dispatched`).
+  void replace(int replica, bool remote, std::vector<Dispatch>& out);
 
   /// True while a `block` edge holds an envelope for credit.
   bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
@@ -98,6 +109,15 @@ class EdgeRouter {
   std::uint64_t dispatched() const { return dispatched_; }
   std::uint64_t dropped() const { return dropped_; }
   std::uint64_t too_large() const { return too_large_; }
+  /// Envelopes sent again by replace() (not counted in `dispatched`).
+  std::uint64_t replayed() const { return replayed_; }
+  /// Envelopes replace() has still to send again to `replica`.
+  std::size_t replaying(int replica) const { return replay_[static_cast<std::size_t>(replica)].size(); }
+  /// Envelopes replace() has still to send again, to all replicas.
+  std::size_t replaying() const { return replay_pending_; }
+  /// Everything kept for replay: sent and not released, and what is still
+  /// to be sent again. Zero once every consumer has released everything.
+  std::size_t retained() const;
   int credits(int replica) const { return views_[static_cast<std::size_t>(replica)].credits; }
   /// The most envelopes ever sent to one replica and not yet credited back.
   int peak_outstanding() const { return peak_outstanding_; }
@@ -119,11 +139,16 @@ class EdgeRouter {
     const auto r = static_cast<std::size_t>(replica);
     return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_;
   }
-  /// The views with no credit where retention is full or (with
-  /// `exclude_fixed`) a fixed envelope waits: scratch_, or views_ when none.
+  /// Can take a new envelope: can_take() and no replay is pending for it.
+  bool can_take_new(int replica) const {
+    return can_take(replica) && (replaying_replicas_ == 0 || replay_[static_cast<std::size_t>(replica)].empty());
+  }
+  /// The views with no credit where retention is full, a replay is pending
+  /// or (with `exclude_fixed`) a fixed envelope waits: scratch_, or views_
+  /// when none.
   const std::vector<ReplicaView>& usable_views(bool exclude_fixed) {
     const bool any_fixed = exclude_fixed && unfixed_waiting_ < static_cast<int>(waiting_.size());
-    return any_fixed || full_replicas_ > 0 ? restricted_views(any_fixed) : views_;
+    return any_fixed || full_replicas_ > 0 || replaying_replicas_ > 0 ? restricted_views(any_fixed) : views_;
   }
   const std::vector<ReplicaView>& restricted_views(bool exclude_fixed);
   int choose(const Envelope& e);
@@ -136,6 +161,12 @@ class EdgeRouter {
   int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
   bool try_send(int target, Envelope& e, std::vector<Dispatch>& out);
+  /// Hands waiting envelopes to replicas with credit, oldest first.
+  void send_waiting(std::vector<Dispatch>& out);
+  /// Sends what is pending replay to `replica` while it can take it.
+  void send_replay(int replica, std::vector<Dispatch>& out);
+  /// Keeps `e`, just sent to `replica`, until it is released.
+  void retain(int replica, const Envelope& e);
 
   int capacity_;
   config::Overflow overflow_;
@@ -144,6 +175,10 @@ class EdgeRouter {
   ConsistentHashRing ring_;
   std::vector<ReplicaView> views_;
   std::vector<RingQueue<Envelope>> in_flight_;
+  std::vector<RingQueue<Envelope>> replay_;  ///< by replica: to send again, oldest first
+  std::size_t replay_pending_ = 0;            ///< envelopes in replay_
+  int replaying_replicas_ = 0;                ///< replicas with a replay pending
+  std::uint64_t replayed_ = 0;
   std::deque<Waiting> waiting_;
   std::vector<int> fixed_waiting_;  ///< by replica: waiting envelopes fixed to it
   int unfixed_waiting_ = 0;         ///< waiting envelopes that may go anywhere

@@ -324,6 +324,8 @@ TEST(ReplicaCore, AFailingEnvelopeIsRetriedWithDoublingBackoffThenDeadLettered) 
   ASSERT_EQ(h.effects.sent.size(), 1U);
   EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 1U);
   h.core->end_of_stream(in, 0);
+  EXPECT_TRUE(h.core->has_finished());
+  h.core->ack(h.edge("mid/out", "sink/in"), 0, 1, 1, 0);  // the sink releases what it got
   EXPECT_TRUE(h.effects.done);
   EXPECT_EQ(h.effects.credits_returned(), 2);  // the dead letter's credit came back too
   EXPECT_EQ(h.effects.released(), 2);
@@ -361,6 +363,8 @@ TEST(ReplicaCore, AnIncompleteJoinExpiresAtItsDeadlineOnTheSimulatedClock) {
   EXPECT_EQ(h.stats[0]->counter("join_complete").load(), 1);
   h.core->end_of_stream(ea, 0);
   h.core->end_of_stream(eb, 0);
+  EXPECT_TRUE(h.core->has_finished());
+  h.core->ack(h.edge("pair/out", "sink/in"), 0, 2, 2, 0);
   EXPECT_TRUE(h.effects.done);
   EXPECT_EQ(h.effects.released(), 3);
 }
@@ -375,9 +379,13 @@ TEST(ReplicaCore, EndOfStreamWaitsForWaitingOutputsThenPassesTheMarkOn) {
   EXPECT_FALSE(h.effects.done);
   EXPECT_TRUE(h.effects.eos.empty());
   h.core->ack(out, 0, 2, 2, 0);
-  EXPECT_TRUE(h.effects.done);
+  EXPECT_TRUE(h.core->has_finished());
   ASSERT_EQ(h.effects.eos.size(), 1U);
   EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
+  // It stays until the sink has released the last one too.
+  EXPECT_FALSE(h.effects.done);
+  h.core->ack(out, 0, 1, 1, 0);
+  EXPECT_TRUE(h.effects.done);
   EXPECT_EQ(h.effects.credits_returned(), 3);
   EXPECT_EQ(h.effects.released(), 3);
 }
@@ -401,8 +409,10 @@ TEST(ReplicaCore, APacedSourceAsksToBeCalledWhenItsNextEnvelopeIsDue) {
   EXPECT_EQ(h.effects.sent.size(), 3U);
   g_now = t0 + 30 * kMs;
   h.core->tick(ReplicaCore::kPull);
-  EXPECT_TRUE(h.effects.done);
+  EXPECT_TRUE(h.core->has_finished());
   EXPECT_EQ(h.effects.eos.size(), 1U);
+  h.core->ack(h.edge("src/out", "sink/in"), 0, 3, 3, 0);
+  EXPECT_TRUE(h.effects.done);
 }
 
 /// Runs the timers the core asked for, in time order, until it asks for none.

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -335,6 +336,196 @@ TEST(EdgeRouter, APayloadTooLargeForOtherUnitsWithNoReplicaHereIsDroppedAndCount
   local.offer(sized(0, 0, 1u << 20), out);
   EXPECT_EQ(out.size(), 1U);
   EXPECT_EQ(local.too_large(), 0U);
+}
+
+// -- replay to a consumer replica placed anew --------------------------------
+
+std::vector<std::uint64_t> seqs(const std::vector<Dispatch>& out, int replica = -1) {
+  std::vector<std::uint64_t> v;
+  for (const auto& d : out) {
+    if (replica < 0 || d.replica == replica) v.push_back(d.envelope.header().seq);
+  }
+  return v;
+}
+
+TEST(EdgeRouterReplace, ReplaysWhatWasNotReleasedInOrderWithFreshCreditsBeforeAnythingNew) {
+  EdgeRouter r(1, 2, Overflow::block, false);  // retains at most 4
+  std::vector<Dispatch> out;
+  r.offer(env(0, 0), out);
+  r.offer(env(0, 1), out);
+  r.on_ack(0, 2, 1, 0, out);  // seq 0 released: not replayed
+  r.offer(env(0, 2), out);
+  r.offer(env(0, 3), out);
+  r.offer(env(0, 4), out);  // no credit: waits
+  ASSERT_EQ(seqs(out), (std::vector<std::uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(r.credits(0), 0);
+  out.clear();
+  r.replace(0, false, out);
+  // Fresh credits (2): the oldest two it had not released go again; seq 3
+  // is still to go again, and seq 4 waits behind it although it was offered
+  // before the replace.
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(r.replayed(), 2U);
+  EXPECT_EQ(r.replaying(0), 1U);
+  EXPECT_EQ(r.credits(0), 0);
+  EXPECT_EQ(r.in_flight(0), 2U);
+  EXPECT_EQ(r.waiting(), 1U);
+  EXPECT_EQ(r.retained(), 3U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+  out.clear();
+  r.on_ack(0, 2, 2, 0, out);
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_EQ(r.replayed(), 3U);
+  EXPECT_EQ(r.dispatched(), 5U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+  r.on_ack(0, 2, 2, 0, out);
+  EXPECT_EQ(r.retained(), 0U);
+}
+
+TEST(EdgeRouterReplace, AReplayLongerThanTheCreditsGoesAsCreditsReturnAndNewOnesWaitBehindIt) {
+  EdgeRouter r(1, 2, Overflow::block, false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    r.offer(env(0, i), out);
+    if (i % 2 == 1) r.on_ack(0, 2, 0, 0, out);  // credits back, nothing released
+  }
+  ASSERT_EQ(r.in_flight(0), 4U);  // the retention limit
+  out.clear();
+  r.replace(0, false, out);
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{0, 1}));
+  EXPECT_EQ(r.replaying(0), 2U);
+  EXPECT_EQ(r.retained(), 4U);
+  // A new one must not overtake the replay, even with a credit back.
+  r.offer(env(0, 4), out);
+  r.on_ack(0, 1, 0, 0, out);
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{0, 1, 2}));
+  r.on_ack(0, 1, 0, 0, out);
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(r.replaying(0), 0U);
+  EXPECT_TRUE(r.blocked());  // seq 4 waits: 4 retained, the limit
+  EXPECT_LE(r.in_flight(0), r.retention_limit());
+  r.on_ack(0, 2, 1, 0, out);
+  EXPECT_EQ(seqs(out), (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(r.replayed(), 4U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+}
+
+class ReplaceUnderPolicy : public ::testing::TestWithParam<Overflow> {};
+
+// However many new envelopes arrive meanwhile, the replayed ones all go.
+TEST_P(ReplaceUnderPolicy, ReplayedEnvelopesAreNeverDropped) {
+  EdgeRouter r(1, 2, GetParam(), false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    r.offer(env(0, i), out);
+    if (i % 2 == 1) r.on_ack(0, 2, 0, 0, out);
+  }
+  out.clear();
+  r.replace(0, false, out);
+  for (std::uint64_t i = 100; i < 120; ++i) {
+    if (!r.blocked()) r.offer(env(0, i), out);
+  }
+  for (int round = 0; round < 10; ++round) r.on_ack(0, 1, 1, 0, out);
+  std::vector<std::uint64_t> replayed;
+  for (std::uint64_t s : seqs(out)) {
+    if (s < 100) replayed.push_back(s);
+  }
+  EXPECT_EQ(replayed, (std::vector<std::uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(r.replayed(), 4U);
+  // Replays come first, and what is new keeps its order.
+  const auto all = seqs(out);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end()));
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+  if (GetParam() != Overflow::block) {
+    EXPECT_GT(r.dropped(), 0U);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicy, ReplaceUnderPolicy,
+                         ::testing::Values(Overflow::block, Overflow::drop_oldest, Overflow::drop_newest));
+
+TEST(EdgeRouterReplace, OnAnUnkeyedEdgeNewEnvelopesGoToOtherReplicasWhileTheReplayWaits) {
+  EdgeRouter r(2, 2, Overflow::block, false);
+  std::vector<Dispatch> out;
+  for (std::uint64_t i = 0; i < 4; ++i) r.offer(env(0, i), out);  // two each
+  r.on_ack(0, 2, 0, 0, out);
+  r.on_ack(1, 2, 2, 0, out);
+  for (std::uint64_t i = 4; i < 8; ++i) r.offer(env(0, i), out);
+  ASSERT_EQ(r.in_flight(0), 4U);
+  out.clear();
+  r.replace(0, false, out);
+  EXPECT_EQ(seqs(out, 0).size(), 2U);
+  EXPECT_EQ(r.replaying(0), 2U);
+  // Replica 1 has credit: new envelopes go there, none to replica 0.
+  out.clear();
+  r.on_ack(1, 2, 2, 0, out);
+  r.offer(env(0, 8), out);
+  r.offer(env(0, 9), out);
+  EXPECT_EQ(seqs(out, 1), (std::vector<std::uint64_t>{8, 9}));
+  EXPECT_TRUE(seqs(out, 0).empty());
+  // A credit from replica 0 goes to its replay, not to what waits.
+  r.offer(env(0, 10), out);
+  out.clear();
+  r.on_ack(0, 1, 0, 0, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].replica, 0);
+  EXPECT_EQ(r.replayed(), 3U);
+  EXPECT_EQ(r.waiting(), 1U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+}
+
+TEST(EdgeRouterReplace, OnAKeyedEdgeAReplicasNewEnvelopesWaitBehindItsReplayAndOthersGoOn) {
+  EdgeRouter r(2, 2, Overflow::block, true);
+  const ConsistentHashRing ring(2);
+  std::uint64_t s0 = 0;
+  while (ring.replica_for(s0) != 0) ++s0;
+  std::uint64_t s1 = 0;
+  while (ring.replica_for(s1) != 1) ++s1;
+  std::vector<Dispatch> out;
+  r.offer(env(s0, 0), out);
+  r.offer(env(s0, 1), out);
+  r.on_ack(0, 2, 0, 0, out);
+  r.offer(env(s0, 2), out);
+  out.clear();
+  r.replace(0, true, out);
+  r.offer(env(s1, 0), out);  // its own replica: goes at once
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(seqs(out, 0), (std::vector<std::uint64_t>{0, 1}));
+  EXPECT_EQ(seqs(out, 1), (std::vector<std::uint64_t>{0}));
+  r.offer(env(s0, 3), out);  // waits for replica 0 behind the rest of the replay
+  EXPECT_EQ(r.waiting(), 1U);
+  out.clear();
+  r.on_ack(0, 2, 2, 0, out);
+  EXPECT_EQ(seqs(out, 0), (std::vector<std::uint64_t>{2, 3}));
+  for (const auto& d : out) EXPECT_EQ(d.envelope.header().stream, s0);
+}
+
+TEST(EdgeRouterReplace, TheNewPlacementsUnitDecidesWhereLargePayloadsMayGo) {
+  EdgeRouter r(2, 4, Overflow::block, false);
+  r.set_remote({false, false}, 1000);
+  std::vector<Dispatch> out;
+  r.offer(sized(0, 0, 5000), out);
+  r.offer(sized(0, 1, 5000), out);
+  ASSERT_EQ(out.size(), 2U);
+  const int first = out[0].replica;
+  ASSERT_NE(out[1].replica, first);
+  // `first` is placed on another unit: its large envelope cannot be carried
+  // there, so it is dropped and counted, and large ones go to the other.
+  out.clear();
+  r.replace(first, true, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(r.too_large(), 1U);
+  EXPECT_EQ(r.replayed(), 0U);
+  for (std::uint64_t i = 2; i < 5; ++i) r.offer(sized(0, i, 5000), out);
+  for (const auto& d : out) EXPECT_NE(d.replica, first);
+  EXPECT_EQ(out.size(), 3U);
+  EXPECT_EQ(r.offered(), r.dispatched() + r.dropped() + r.waiting());
+  // Back in this unit: large ones may go to it again.
+  out.clear();
+  r.replace(first, false, out);
+  r.offer(sized(0, 5, 5000), out);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().replica, first);
 }
 
 TEST(AckThreshold, NeverZeroAndAtMostHalfTheCapacity) {
