@@ -23,6 +23,20 @@ constexpr int kMaxDeadLetterStreak = 5;
 /// Processed keys remembered per producer replica, per envelope it may retain.
 constexpr std::size_t kDedupWindowPerRetained = 4;
 
+/// Envelopes a replica of `n` may hold unreleased because what it made from
+/// them is not accepted downstream yet: per out-edge, what may wait there
+/// (its capacity) and what each consumer replica has not credited (its
+/// capacity each).
+std::size_t output_hold(const graph::Graph& g, const graph::Node& n) {
+  std::size_t hold = 0;
+  for (int e : n.out_edges) {
+    const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+    const int consumers = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
+    hold += static_cast<std::size_t>(std::max(1, edge.capacity)) * static_cast<std::size_t>(consumers + 1);
+  }
+  return hold;
+}
+
 }  // namespace
 
 std::size_t join_set_limit(int capacity) { return kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, capacity)); }
@@ -44,8 +58,9 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     // The dedup window: 4 x what the producer may retain for this replica.
     const std::size_t window =
         kDedupWindowPerRetained *
-        retention_limit(edge.capacity,
-                        n.decl->join.enabled ? n.in_edges.size() * join_set_limit(n.decl->queue.capacity) : 0);
+        (retention_limit(edge.capacity,
+                         n.decl->join.enabled ? n.in_edges.size() * join_set_limit(n.decl->queue.capacity) : 0) +
+         output_hold(g, n));
     in_.back().upstream.resize(static_cast<std::size_t>(upstream));
     for (auto& up : in_.back().upstream) up.seen.resize(window);
     eos_remaining_ += upstream;
@@ -62,8 +77,10 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     const int downstream = to.decl->replicas;
     out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
     // A joining consumer holds releases while its sets are incomplete.
-    const std::size_t retain = retention_limit(
-        edge.capacity, to.decl->join.enabled ? to.in_edges.size() * join_set_limit(to.decl->queue.capacity) : 0);
+    const std::size_t retain =
+        retention_limit(edge.capacity,
+                        to.decl->join.enabled ? to.in_edges.size() * join_set_limit(to.decl->queue.capacity) : 0) +
+        output_hold(g, to);
     out_.push_back(OutEdge{e, edge.from_port, edge.to_node, downstream,
                            EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key, retain),
                            setup_.out_stats[static_cast<std::size_t>(e)],
@@ -707,7 +724,7 @@ std::uint64_t ReplicaCore::oldest_join_origin() const {
 /// The oldest origin still held by a waiting output or a join set.
 std::uint64_t ReplicaCore::release_frontier() const {
   std::uint64_t frontier = EdgeRouter::kNoOrigin;
-  for (const auto& out : out_) frontier = std::min(frontier, out.router.oldest_waiting_origin());
+  for (const auto& out : out_) frontier = std::min(frontier, out.router.oldest_held_origin());
   return std::min(frontier, oldest_join_origin());
 }
 

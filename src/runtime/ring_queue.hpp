@@ -19,6 +19,8 @@ class RingQueue {
   T& front() { return slots_[head_]; }
   const T& front() const { return slots_[head_]; }
   T& back() { return slots_[(head_ + size_ - 1) % slots_.size()]; }
+  /// The i-th oldest element (0 = front).
+  const T& at(std::size_t i) const { return slots_[(head_ + i) % slots_.size()]; }
 
   void push_back(T value) {
     if (size_ == slots_.size()) grow();

@@ -80,6 +80,9 @@ EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bo
       views_(static_cast<std::size_t>(std::max(1, replicas))),
       in_flight_(static_cast<std::size_t>(std::max(1, replicas))),
       replay_(static_cast<std::size_t>(std::max(1, replicas))),
+      flight_origin_(static_cast<std::size_t>(std::max(1, replicas))),
+      replay_origin_(static_cast<std::size_t>(std::max(1, replicas))),
+      credited_(static_cast<std::size_t>(std::max(1, replicas)), 0),
       retention_limit_(retain > 0 ? retain : runtime::retention_limit(capacity)) {
   for (auto& v : views_) v.credits = capacity_;
   fixed_waiting_.assign(views_.size(), 0);
@@ -111,15 +114,16 @@ int EdgeRouter::choose(const Envelope& e) {
   return pick;
 }
 
-bool EdgeRouter::try_send(int target, Envelope& e, std::vector<Dispatch>& out) {
+bool EdgeRouter::try_send(int target, Envelope& e, std::uint64_t origin, std::vector<Dispatch>& out) {
   if (target < 0 || !can_take_new(target)) return false;
   ++dispatched_;
-  retain(target, e);
+  retain(target, e, origin);
   out.push_back(Dispatch{target, std::move(e)});
   return true;
 }
 
-void EdgeRouter::retain(int replica, const Envelope& e) {
+void EdgeRouter::retain(int replica, const Envelope& e, std::uint64_t origin) {
+  flight_origin_[static_cast<std::size_t>(replica)].push_back(origin);
   ReplicaView& v = views_[static_cast<std::size_t>(replica)];
   --v.credits;
   peak_outstanding_ = std::max(peak_outstanding_, capacity_ - v.credits);
@@ -145,18 +149,25 @@ void EdgeRouter::replace(int replica, bool remote, std::vector<Dispatch>& out) {
   auto& flight = in_flight_[r];
   auto& replay = replay_[r];
   RingQueue<Envelope> again;
+  RingQueue<std::uint64_t> again_origin;
   if (flight.size() >= retention_limit_) --full_replicas_;
   while (!flight.empty()) {
     again.push_back(std::move(flight.front()));
     flight.pop_front();
+    again_origin.push_back(flight_origin_[r].front());
+    flight_origin_[r].pop_front();
   }
+  credited_[r] = 0;
   if (!replay.empty()) --replaying_replicas_;
   replay_pending_ -= replay.size();
   while (!replay.empty()) {
     again.push_back(std::move(replay.front()));
     replay.pop_front();
+    again_origin.push_back(replay_origin_[r].front());
+    replay_origin_[r].pop_front();
   }
   replay = std::move(again);
+  replay_origin_[r] = std::move(again_origin);
   replay_pending_ += replay.size();
   if (!replay.empty()) ++replaying_replicas_;
   views_[r] = ReplicaView{capacity_, 0};
@@ -177,6 +188,8 @@ void EdgeRouter::send_replay(int replica, std::vector<Dispatch>& out) {
   while (!replay.empty() && can_take(replica)) {
     Envelope e = std::move(replay.front());
     replay.pop_front();
+    const std::uint64_t origin = replay_origin_[r].front();
+    replay_origin_[r].pop_front();
     --replay_pending_;
     if (too_far && e.payload() && e.payload()->size() > max_remote_payload_bytes_) {
       // The transport cannot carry it to the replica's new unit.
@@ -186,15 +199,21 @@ void EdgeRouter::send_replay(int replica, std::vector<Dispatch>& out) {
       continue;
     }
     ++replayed_;
-    retain(replica, e);
+    retain(replica, e, origin);
     out.push_back(Dispatch{replica, std::move(e)});
   }
   if (replay.empty()) --replaying_replicas_;
 }
 
-std::uint64_t EdgeRouter::oldest_waiting_origin() const {
+std::uint64_t EdgeRouter::oldest_held_origin() const {
   std::uint64_t oldest = kNoOrigin;
   for (const auto& w : waiting_) oldest = std::min(oldest, w.origin);
+  // Per replica, origins rise in the order sent (a replay, of older ones,
+  // goes first), so the first not credited is the oldest.
+  for (std::size_t r = 0; r < in_flight_.size(); ++r) {
+    if (credited_[r] < flight_origin_[r].size()) oldest = std::min(oldest, flight_origin_[r].at(credited_[r]));
+    if (!replay_origin_[r].empty()) oldest = std::min(oldest, replay_origin_[r].front());
+  }
   return oldest;
 }
 
@@ -237,7 +256,7 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
     } else {
       pick = choose_free(envelope);
     }
-    if (try_send(pick, envelope, out)) return;
+    if (try_send(pick, envelope, origin, out)) return;
   }
   if (!may_wait && overflow_ == config::Overflow::block) {
     ++dropped_;
@@ -296,9 +315,15 @@ void EdgeRouter::on_ack(int replica, int credits, int released, double service_n
   ReplicaView& v = views_[static_cast<std::size_t>(replica)];
   v.credits = std::min(capacity_, v.credits + credits);
   if (service_ns > 0) v.service_ns = v.service_ns > 0 ? 0.7 * v.service_ns + 0.3 * service_ns : service_ns;
-  auto& flight = in_flight_[static_cast<std::size_t>(replica)];
+  const auto r = static_cast<std::size_t>(replica);
+  auto& flight = in_flight_[r];
+  credited_[r] = std::min(flight.size(), credited_[r] + static_cast<std::size_t>(std::max(0, credits)));
   const bool was_full = flight.size() >= retention_limit_;
-  for (int i = 0; i < released && !flight.empty(); ++i) flight.pop_front();
+  for (int i = 0; i < released && !flight.empty(); ++i) {
+    flight.pop_front();
+    flight_origin_[r].pop_front();
+    if (credited_[r] > 0) --credited_[r];
+  }
   if (was_full && flight.size() < retention_limit_) --full_replicas_;
   // A replay goes before anything new for its replica.
   if (replaying_replicas_ > 0) send_replay(replica, out);
@@ -313,7 +338,7 @@ void EdgeRouter::send_waiting(std::vector<Dispatch>& out) {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     const int pick = it->target >= 0 ? it->target : choose(it->envelope);
     if (pick < 0) break;
-    if (!try_send(pick, it->envelope, out)) {
+    if (!try_send(pick, it->envelope, it->origin, out)) {
       ++it;
       continue;
     }

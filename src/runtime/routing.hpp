@@ -102,8 +102,11 @@ class EdgeRouter {
   /// True while a `block` edge holds an envelope for credit.
   bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
   std::size_t waiting() const { return waiting_.size(); }
-  /// The smallest `origin` among waiting envelopes; kNoOrigin when none wait.
-  std::uint64_t oldest_waiting_origin() const;
+  /// The smallest `origin` among envelopes not yet accepted downstream:
+  /// waiting here, waiting to be sent again, or sent and not yet credited by
+  /// their consumer (which credits an envelope once it has processed it).
+  /// kNoOrigin when there are none.
+  std::uint64_t oldest_held_origin() const;
   static constexpr std::uint64_t kNoOrigin = ~std::uint64_t{0};
   std::uint64_t offered() const { return offered_; }
   std::uint64_t dispatched() const { return dispatched_; }
@@ -160,13 +163,13 @@ class EdgeRouter {
   /// The replica in this unit with the most credit; -1 when there is none.
   int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
-  bool try_send(int target, Envelope& e, std::vector<Dispatch>& out);
+  bool try_send(int target, Envelope& e, std::uint64_t origin, std::vector<Dispatch>& out);
   /// Hands waiting envelopes to replicas with credit, oldest first.
   void send_waiting(std::vector<Dispatch>& out);
   /// Sends what is pending replay to `replica` while it can take it.
   void send_replay(int replica, std::vector<Dispatch>& out);
   /// Keeps `e`, just sent to `replica`, until it is released.
-  void retain(int replica, const Envelope& e);
+  void retain(int replica, const Envelope& e, std::uint64_t origin);
 
   int capacity_;
   config::Overflow overflow_;
@@ -176,6 +179,12 @@ class EdgeRouter {
   std::vector<ReplicaView> views_;
   std::vector<RingQueue<Envelope>> in_flight_;
   std::vector<RingQueue<Envelope>> replay_;  ///< by replica: to send again, oldest first
+  /// The origins of in_flight_ and replay_, entry for entry.
+  std::vector<RingQueue<std::uint64_t>> flight_origin_;
+  std::vector<RingQueue<std::uint64_t>> replay_origin_;
+  /// By replica: in_flight_ entries, from the oldest, that its consumer has
+  /// credited (processed); the rest are not accepted yet.
+  std::vector<std::size_t> credited_;
   std::size_t replay_pending_ = 0;            ///< envelopes in replay_
   int replaying_replicas_ = 0;                ///< replicas with a replay pending
   std::uint64_t replayed_ = 0;

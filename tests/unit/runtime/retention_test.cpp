@@ -77,7 +77,7 @@ TEST(RetentionLimitRouting, AnUnkeyedEdgeSendsToTheReplicaWithRoomToRetain) {
 TEST(RetentionLimitRouting, TheOldestWaitingOriginIsTheSmallestStillWaiting) {
   EdgeRouter r(2, 1, config::Overflow::block, true);
   std::vector<Dispatch> out;
-  EXPECT_EQ(r.oldest_waiting_origin(), EdgeRouter::kNoOrigin);
+  EXPECT_EQ(r.oldest_held_origin(), EdgeRouter::kNoOrigin);
   // Find a stream for each replica.
   std::uint64_t s0 = 0;
   std::uint64_t s1 = 0;
@@ -89,13 +89,13 @@ TEST(RetentionLimitRouting, TheOldestWaitingOriginIsTheSmallestStillWaiting) {
   r.offer(env(s0, 1), out, true, 12);  // waits for replica 0
   r.offer(env(s1, 1), out, true, 13);  // waits for replica 1
   EXPECT_EQ(out.size(), 2U);
-  EXPECT_EQ(r.oldest_waiting_origin(), 12U);
+  EXPECT_EQ(r.oldest_held_origin(), 12U);
   out.clear();
   r.on_ack(0, 1, 1, 0, out);  // replica 0's waiting one leaves
   ASSERT_EQ(out.size(), 1U);
-  EXPECT_EQ(r.oldest_waiting_origin(), 13U);
+  EXPECT_EQ(r.oldest_held_origin(), 13U);
   r.on_ack(1, 1, 1, 0, out);
-  EXPECT_EQ(r.oldest_waiting_origin(), EdgeRouter::kNoOrigin);
+  EXPECT_EQ(r.oldest_held_origin(), EdgeRouter::kNoOrigin);
 }
 
 // -- whole runs -----------------------------------------------------------
