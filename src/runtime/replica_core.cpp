@@ -259,7 +259,7 @@ void ReplicaCore::send_due_marks() {
 void ReplicaCore::placement_changed(const PlacementChange& change) {
   for (auto& out : out_) {
     const auto e = static_cast<std::size_t>(out.edge);
-    if (e < change.remote_consumers.size()) {
+    if (e < change.remote_consumers.size() && !change.remote_consumers[e].empty()) {
       out.router.set_remote(change.remote_consumers[e], setup_.max_remote_payload_bytes);
     }
   }

@@ -70,7 +70,8 @@ struct ReplicaSetup {
 /// A new placement, as one replica sees it (all pairs are (edge id, replica)).
 struct PlacementChange {
   /// By edge id: which consumer replicas of this replica's out-edges are on
-  /// other units now (as ReplicaSetup::remote_consumers).
+  /// other units now (as ReplicaSetup::remote_consumers). An edge whose entry
+  /// is missing or empty keeps its flags.
   std::vector<std::vector<bool>> remote_consumers;
   /// Out-edges' consumer replicas placed anew: replay to them, and if this
   /// replica had already ended that edge, the end-of-stream mark follows the
