@@ -407,6 +407,12 @@ void ReplicaCore::drain(std::int64_t now) {
       duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
       --data_queued_;
+    } else if (finished_) {
+      // The stage is stopped: only a duplicate was to be expected here.
+      setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      remember(up, item);
+      settle_item(item);
+      --data_queued_;
     } else if (join_.enabled) {
       remember(up, item);
       join_insert(item, t);
@@ -464,7 +470,7 @@ void ReplicaCore::settle_item(const Item& item) {
 /// Runs the stage on one envelope; false when it must be retried later.
 /// `t` is the start time on entry and the end time on return.
 bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
-  if (failed_ || finished_) {
+  if (failed_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -571,7 +577,7 @@ void ReplicaCore::schedule_join_tick() {
 /// Runs the stage on a joined set. A set that fails is retried at once
 /// with a fresh stage, and given up as a dead letter after kMaxAttempts.
 void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
-  if (failed_ || finished_) {
+  if (failed_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return;
   }
