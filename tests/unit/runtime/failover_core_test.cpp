@@ -538,8 +538,8 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
 TEST(FailoverCore, AChainDeliversEveryEnvelopeOnceAndInOrderAcrossAConsumersDeath) {
   std::uint64_t replayed = 0;
   std::uint64_t duplicates = 0;
-  for (int capacity : {1, 4}) {
-    for (int kill_after = 0; kill_after < 400; kill_after += 7) {
+  for (int capacity : {1, 2, 4}) {
+    for (int kill_after = 0; kill_after < 300; ++kill_after) {
       SCOPED_TRACE("mid's capacity " + std::to_string(capacity) + ", mid dies after " + std::to_string(kill_after) +
                    " messages");
       const ChainRun run = run_chain_with_death(kill_after, capacity);
