@@ -285,10 +285,8 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
   auto in_edge = [this](int edge, int from) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= in_index_.size()) return -1;
     const int index = in_index_[static_cast<std::size_t>(edge)];
-    if (index < 0 || from < 0 || static_cast<std::size_t>(from) >= in_[static_cast<std::size_t>(index)].upstream.size()) {
-      return -1;
-    }
-    return index;
+    if (index < 0 || from < 0) return -1;
+    return static_cast<std::size_t>(from) < in_[static_cast<std::size_t>(index)].upstream.size() ? index : -1;
   };
   for (const auto& [edge, from] : change.moved_producers) {
     const int index = in_edge(edge, from);
