@@ -69,6 +69,18 @@ Envelope blob(std::uint64_t seq, std::uint64_t stream = 0) {
   return Envelope(h, Payload::from_builder(fbb));
 }
 
+/// An envelope with `bytes` of data: more than kMaxRemote goes to no other unit.
+Envelope big_blob(std::uint64_t seq, std::size_t bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<std::uint8_t> data(bytes, 1);
+  fbb.Finish(schema::CreateBlobDirect(fbb, 0, seq, &data), schema::BlobIdentifier());
+  EnvelopeHeader h;
+  h.seq = seq;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+constexpr std::size_t kMaxRemote = 4096;
+
 /// A message between replicas, or a timer a core asked for.
 struct Message {
   enum Kind { kDeliver, kAck, kEos, kTick } kind;
@@ -158,7 +170,7 @@ class Cluster {
     }
     r.subscribers.assign(graph.nodes[static_cast<std::size_t>(n)].spec.outputs().size(), {});
     s.subscribers = &r.subscribers;
-    s.max_remote_payload_bytes = 1 << 20;
+    s.max_remote_payload_bytes = kMaxRemote;
     s.stop_requested = &stop_;
     s.clock = [] { return g_now; };
     r.core = std::make_unique<ReplicaCore>(std::move(s), *r.effects);
@@ -359,6 +371,35 @@ TEST(FailoverCore, AReplicaLeavesOnlyOnceEverythingItSentIsReleased) {
   mid.ack(out, 0, 0, 1, 0);
   EXPECT_TRUE(fx.left);
   EXPECT_TRUE(mid.has_left());
+}
+
+TEST(FailoverCore, ANewPlacementTellsWhichConsumersAreOnOtherUnits) {
+  Cluster c("pipeline: failover\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.pass, inputs: {in: src/out}, queue: {capacity: 8}}\n"
+            "  - {id: sink, type: test.record, replicas: 2, inputs: {in: mid/out}, queue: {capacity: 8}}\n");
+  const int in = c.edge("src/out", "mid/in");
+  const int out = c.edge("mid/out", "sink/in");
+  ReplicaCore& mid = c.make("mid");
+  Endpoint& fx = c.effects("mid");
+  mid.start();
+  for (std::uint64_t seq = 0; seq < 4; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_EQ(lines(fx.trail, 0, "d1:0:").size(), 2U);  // all in one unit: spread over both
+  // Replica 0's unit died and it was placed on another unit: payloads too
+  // large for the transport go only to replica 1 from now on.
+  const std::size_t mark = fx.trail.size();
+  mid.placement_changed(moved_consumer(out, 0, true));
+  EXPECT_EQ(mid.router(out)->too_large(), 2U);  // its two could not be sent again there
+  for (std::uint64_t seq = 4; seq < 8; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_TRUE(lines(fx.trail, mark, "d1:0:").empty());
+  EXPECT_EQ(lines(fx.trail, mark, "d1:1:").size(), 4U);
+  // Back in this unit (the remote flags alone): replica 0 takes them again.
+  PlacementChange back;
+  back.remote_consumers.resize(static_cast<std::size_t>(out) + 1);
+  back.remote_consumers[static_cast<std::size_t>(out)] = {false, false};
+  mid.placement_changed(back);
+  for (std::uint64_t seq = 8; seq < 10; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_FALSE(lines(fx.trail, mark, "d1:0:").empty());  // the one with the most credit
 }
 
 TEST(FailoverCore, AMovedProducersDuplicatesAreDroppedCountedAndAcknowledged) {
