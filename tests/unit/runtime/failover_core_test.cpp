@@ -537,7 +537,8 @@ TEST(FailoverCore, ALostProducerCountsAsEnded) {
 
 // -- a chain across a consumer's death ---------------------------------------
 
-/// src (3 streams) -> mid -> sink (2 replicas, keyed by stream): mid's unit
+/// src (3 streams) -> mid (`mid_replicas`, keyed by stream when more than
+/// one) -> sink (2 replicas, keyed by stream): the unit of mid's replica 0
 /// dies after `kill_after` messages; it is made anew and its neighbours are
 /// told. Returns what the run did, for the caller to check.
 struct ChainRun {
@@ -547,11 +548,12 @@ struct ChainRun {
   std::string failure;
 };
 
-ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
+ChainRun run_chain_with_death(int kill_after, int mid_capacity, int mid_replicas) {
   Cluster c("pipeline: failover\nstages:\n"
             "  - {id: src, type: sim.source, params: {count: 60, streams: 3, payload_bytes: 8}}\n"
-            "  - {id: mid, type: test.pass, inputs: {in: src/out}, queue: {capacity: " +
-            std::to_string(mid_capacity) +
+            "  - {id: mid, type: test.pass, replicas: " +
+            std::to_string(mid_replicas) + (mid_replicas > 1 ? ", key: stream" : "") +
+            ", inputs: {in: src/out}, queue: {capacity: " + std::to_string(mid_capacity) +
             "}}\n"
             "  - {id: sink, type: test.record, replicas: 2, key: stream, inputs: {in: mid/out}, "
             "queue: {capacity: 3}}\n");
@@ -559,7 +561,7 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
   const int mid_sink = c.edge("mid/out", "sink/in");
   c.make("sink", 0).start();
   c.make("sink", 1).start();
-  c.make("mid").start();
+  for (int r = 0; r < mid_replicas; ++r) c.make("mid", r).start();
   c.make("src").start();
   c.pump(kill_after);
   c.kill_and_replace("mid");
@@ -569,9 +571,11 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
   ChainRun run;
   run.replayed = c.core("src").router(src_mid)->replayed();
   for (int r = 0; r < 2; ++r) run.duplicates += c.core("sink", r).duplicates_dropped();
-  for (const char* id : {"src", "mid"}) run.all_left = run.all_left && c.core(id).has_left();
+  run.all_left = c.core("src").has_left();
+  for (int r = 0; r < mid_replicas; ++r) run.all_left = run.all_left && c.core("mid", r).has_left();
   for (int r = 0; r < 2; ++r) run.all_left = run.all_left && c.core("sink", r).has_left();
-  for (const char* id : {"src", "mid"}) run.failure += c.effects(id).failure;
+  run.failure = c.effects("src").failure;
+  for (int r = 0; r < mid_replicas; ++r) run.failure += c.effects("mid", r).failure;
   EXPECT_TRUE(c.idle());
   return run;
 }
@@ -579,11 +583,12 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
 TEST(FailoverCore, AChainDeliversEveryEnvelopeOnceAndInOrderAcrossAConsumersDeath) {
   std::uint64_t replayed = 0;
   std::uint64_t duplicates = 0;
-  for (int capacity : {1, 2, 4}) {
-    for (int kill_after = 0; kill_after < 300; ++kill_after) {
-      SCOPED_TRACE("mid's capacity " + std::to_string(capacity) + ", mid dies after " + std::to_string(kill_after) +
-                   " messages");
-      const ChainRun run = run_chain_with_death(kill_after, capacity);
+  const std::vector<std::pair<int, int>> shapes = {{1, 1}, {2, 1}, {4, 1}, {2, 2}, {4, 2}};
+  for (const auto& [capacity, replicas] : shapes) {
+    for (int kill_after = 0; kill_after < 320; ++kill_after) {
+      SCOPED_TRACE("mid: capacity " + std::to_string(capacity) + ", " + std::to_string(replicas) +
+                   " replicas; its replica 0 dies after " + std::to_string(kill_after) + " messages");
+      const ChainRun run = run_chain_with_death(kill_after, capacity, replicas);
       EXPECT_TRUE(run.failure.empty()) << run.failure;
       EXPECT_TRUE(run.all_left);
       replayed += run.replayed;
