@@ -276,7 +276,7 @@ void ReplicaCore::send_due_marks() {
 void ReplicaCore::placement_changed(const PlacementChange& change) {
   for (auto& out : out_) {
     const auto e = static_cast<std::size_t>(out.edge);
-    if (e < change.remote_consumers.size()) {
+    if (e < change.remote_consumers.size() && !change.remote_consumers[e].empty()) {
       out.router.set_remote(change.remote_consumers[e], setup_.max_remote_payload_bytes);
     }
   }
@@ -302,10 +302,8 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
   auto in_edge = [this](int edge, int from) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= in_index_.size()) return -1;
     const int index = in_index_[static_cast<std::size_t>(edge)];
-    if (index < 0 || from < 0 || static_cast<std::size_t>(from) >= in_[static_cast<std::size_t>(index)].upstream.size()) {
-      return -1;
-    }
-    return index;
+    if (index < 0 || from < 0) return -1;
+    return static_cast<std::size_t>(from) < in_[static_cast<std::size_t>(index)].upstream.size() ? index : -1;
   };
   for (const auto& [edge, from] : change.moved_producers) {
     const int index = in_edge(edge, from);
@@ -424,6 +422,12 @@ void ReplicaCore::drain(std::int64_t now) {
       duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
       --data_queued_;
+    } else if (finished_) {
+      // The stage is stopped: only a duplicate was to be expected here.
+      setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
+      remember(up, item);
+      settle_item(item);
+      --data_queued_;
     } else if (join_.enabled) {
       remember(up, item);
       join_insert(item, t);
@@ -481,7 +485,7 @@ void ReplicaCore::settle_item(const Item& item) {
 /// Runs the stage on one envelope; false when it must be retried later.
 /// `t` is the start time on entry and the end time on return.
 bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
-  if (failed_ || finished_) {
+  if (failed_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -588,7 +592,7 @@ void ReplicaCore::schedule_join_tick() {
 /// Runs the stage on a joined set. A set that fails is retried at once
 /// with a fresh stage, and given up as a dead letter after kMaxAttempts.
 void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
-  if (failed_ || finished_) {
+  if (failed_) {
     setup_.stats->dead_letters.fetch_add(1, std::memory_order_relaxed);
     return;
   }

@@ -1,9 +1,10 @@
 #pragma once
 // The decisions of one replica, without actors: it takes events (envelopes
-// delivered, acks, end of stream, ticks) and carries out its stage's steps,
-// and everything it wants done outside goes through `ReplicaEffects`. It owns
-// the input queue, the credit and release ledger of its in-edges, the routers
-// of its out-edges, the join table and the retry policy. Time comes from an
+// delivered, acks, end of stream, ticks, placement changes) and carries out
+// its stage's steps, and everything it wants done outside goes through
+// `ReplicaEffects`. It owns the input queue, the credit and release ledger of
+// its in-edges, the routers of its out-edges, the join table, the retry
+// policy and the duplicate detection after a failover. Time comes from an
 // injected clock, so tests drive it on a simulated one.
 
 #include <cstdint>
@@ -40,7 +41,8 @@ class ReplicaEffects {
   virtual void end_of_stream(int node, int replica, int edge) = 0;
   /// Asks for `tick(kind, ...)` at `at_ns` (at once when it is not later than now).
   virtual void schedule(int kind, std::int64_t at_ns) = 0;
-  /// The replica has ended: its stage is stopped and its marks are sent.
+  /// The replica has left: its stage is stopped, its marks are sent and its
+  /// consumers have released everything it sent them (nothing to replay).
   virtual void finished() = 0;
   /// The stage cannot run; the run is to fail with `message` and stop.
   virtual void failed(const std::string& message) = 0;
@@ -70,7 +72,8 @@ struct ReplicaSetup {
 /// A new placement, as one replica sees it (all pairs are (edge id, replica)).
 struct PlacementChange {
   /// By edge id: which consumer replicas of this replica's out-edges are on
-  /// other units now (as ReplicaSetup::remote_consumers).
+  /// other units now (as ReplicaSetup::remote_consumers). An edge whose entry
+  /// is missing or empty keeps its flags.
   std::vector<std::vector<bool>> remote_consumers;
   /// Out-edges' consumer replicas placed anew: replay to them, and if this
   /// replica had already ended that edge, the end-of-stream mark follows the

@@ -63,7 +63,9 @@ struct Dispatch {
 /// Sent envelopes are kept until the consumer releases them (for replay). At
 /// most `retention_limit(capacity)` are kept per consumer replica: a replica
 /// with that many unreleased envelopes counts as having no credit, so what a
-/// router retains is bounded by credits, whatever the consumer does.
+/// router retains is bounded by credits, whatever the consumer does. When a
+/// consumer replica is placed anew, replace() sends what it retained for it
+/// again, before anything new for that replica.
 class EdgeRouter {
  public:
   /// `keyed`: each envelope goes to the replica its `key` field hashes to.

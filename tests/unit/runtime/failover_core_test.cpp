@@ -69,6 +69,18 @@ Envelope blob(std::uint64_t seq, std::uint64_t stream = 0) {
   return Envelope(h, Payload::from_builder(fbb));
 }
 
+/// An envelope with `bytes` of data: more than kMaxRemote goes to no other unit.
+Envelope big_blob(std::uint64_t seq, std::size_t bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<std::uint8_t> data(bytes, 1);
+  fbb.Finish(schema::CreateBlobDirect(fbb, 0, seq, &data), schema::BlobIdentifier());
+  EnvelopeHeader h;
+  h.seq = seq;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+constexpr std::size_t kMaxRemote = 4096;
+
 /// A message between replicas, or a timer a core asked for.
 struct Message {
   enum Kind { kDeliver, kAck, kEos, kTick } kind;
@@ -158,7 +170,7 @@ class Cluster {
     }
     r.subscribers.assign(graph.nodes[static_cast<std::size_t>(n)].spec.outputs().size(), {});
     s.subscribers = &r.subscribers;
-    s.max_remote_payload_bytes = 1 << 20;
+    s.max_remote_payload_bytes = kMaxRemote;
     s.stop_requested = &stop_;
     s.clock = [] { return g_now; };
     r.core = std::make_unique<ReplicaCore>(std::move(s), *r.effects);
@@ -361,6 +373,35 @@ TEST(FailoverCore, AReplicaLeavesOnlyOnceEverythingItSentIsReleased) {
   EXPECT_TRUE(mid.has_left());
 }
 
+TEST(FailoverCore, ANewPlacementTellsWhichConsumersAreOnOtherUnits) {
+  Cluster c("pipeline: failover\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.pass, inputs: {in: src/out}, queue: {capacity: 8}}\n"
+            "  - {id: sink, type: test.record, replicas: 2, inputs: {in: mid/out}, queue: {capacity: 8}}\n");
+  const int in = c.edge("src/out", "mid/in");
+  const int out = c.edge("mid/out", "sink/in");
+  ReplicaCore& mid = c.make("mid");
+  Endpoint& fx = c.effects("mid");
+  mid.start();
+  for (std::uint64_t seq = 0; seq < 4; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_EQ(lines(fx.trail, 0, "d1:0:").size(), 2U);  // all in one unit: spread over both
+  // Replica 0's unit died and it was placed on another unit: payloads too
+  // large for the transport go only to replica 1 from now on.
+  const std::size_t mark = fx.trail.size();
+  mid.placement_changed(moved_consumer(out, 0, true));
+  EXPECT_EQ(mid.router(out)->too_large(), 2U);  // its two could not be sent again there
+  for (std::uint64_t seq = 4; seq < 8; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_TRUE(lines(fx.trail, mark, "d1:0:").empty());
+  EXPECT_EQ(lines(fx.trail, mark, "d1:1:").size(), 4U);
+  // Back in this unit (the remote flags alone): replica 0 takes them again.
+  PlacementChange back;
+  back.remote_consumers.resize(static_cast<std::size_t>(out) + 1);
+  back.remote_consumers[static_cast<std::size_t>(out)] = {false, false};
+  mid.placement_changed(back);
+  for (std::uint64_t seq = 8; seq < 10; ++seq) mid.deliver(in, 0, big_blob(seq, 2 * kMaxRemote));
+  EXPECT_FALSE(lines(fx.trail, mark, "d1:0:").empty());  // the one with the most credit
+}
+
 TEST(FailoverCore, AMovedProducersDuplicatesAreDroppedCountedAndAcknowledged) {
   Cluster c(kChain);
   const int in = c.edge("src/out", "mid/in");
@@ -433,6 +474,34 @@ TEST(FailoverCore, WhatTheOldIncarnationLeftQueuedIsProcessedButNotAcknowledgedT
   EXPECT_TRUE(mid.has_finished());
 }
 
+TEST(FailoverCore, AReplicaThatHasEndedAcknowledgesAtOnceWhatAMovedProducerSendsAgain) {
+  Cluster c(kChain);
+  const int in = c.edge("src/out", "mid/in");
+  ReplicaCore& mid = c.make("mid");
+  Endpoint& fx = c.effects("mid");
+  mid.start();
+  for (std::uint64_t seq = 0; seq < 2; ++seq) mid.deliver(in, 0, blob(seq));
+  mid.end_of_stream(in, 0);
+  mid.end_of_stream(in, 1);
+  ASSERT_TRUE(mid.has_finished());
+  ASSERT_FALSE(mid.has_left());  // the sink has released nothing yet
+  const std::size_t mark = fx.trail.size();
+  mid.placement_changed(moved_producer(in, 0));
+  mid.deliver(in, 0, blob(1));  // one envelope: below the ack threshold (2)
+  EXPECT_EQ(mid.duplicates_dropped(), 1U);
+  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/1"}));
+  mid.end_of_stream(in, 0);  // and its end again: nothing changes
+  EXPECT_TRUE(lines(fx.trail, mark, "d").empty());
+  EXPECT_TRUE(lines(fx.trail, mark, "e").empty());
+  EXPECT_EQ(c.stats("mid").dead_letters.load(), 0U);
+  // Something it never saw cannot be processed by a stopped stage: a dead
+  // letter, acknowledged all the same.
+  mid.deliver(in, 0, blob(5));
+  EXPECT_EQ(c.stats("mid").dead_letters.load(), 1U);
+  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/1", "a0:0:1/1"}));
+  EXPECT_TRUE(lines(fx.trail, mark, "d").empty());
+}
+
 TEST(FailoverCore, AnEndOfStreamSentAgainByANewIncarnationCountsOnce) {
   Cluster c(kChain);  // src has two replicas
   const int in = c.edge("src/out", "mid/in");
@@ -468,7 +537,8 @@ TEST(FailoverCore, ALostProducerCountsAsEnded) {
 
 // -- a chain across a consumer's death ---------------------------------------
 
-/// src (3 streams) -> mid -> sink (2 replicas, keyed by stream): mid's unit
+/// src (3 streams) -> mid (`mid_replicas`, keyed by stream when more than
+/// one) -> sink (2 replicas, keyed by stream): the unit of mid's replica 0
 /// dies after `kill_after` messages; it is made anew and its neighbours are
 /// told. Returns what the run did, for the caller to check.
 struct ChainRun {
@@ -478,11 +548,12 @@ struct ChainRun {
   std::string failure;
 };
 
-ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
+ChainRun run_chain_with_death(int kill_after, int mid_capacity, int mid_replicas) {
   Cluster c("pipeline: failover\nstages:\n"
             "  - {id: src, type: sim.source, params: {count: 60, streams: 3, payload_bytes: 8}}\n"
-            "  - {id: mid, type: test.pass, inputs: {in: src/out}, queue: {capacity: " +
-            std::to_string(mid_capacity) +
+            "  - {id: mid, type: test.pass, replicas: " +
+            std::to_string(mid_replicas) + (mid_replicas > 1 ? ", key: stream" : "") +
+            ", inputs: {in: src/out}, queue: {capacity: " + std::to_string(mid_capacity) +
             "}}\n"
             "  - {id: sink, type: test.record, replicas: 2, key: stream, inputs: {in: mid/out}, "
             "queue: {capacity: 3}}\n");
@@ -490,7 +561,7 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
   const int mid_sink = c.edge("mid/out", "sink/in");
   c.make("sink", 0).start();
   c.make("sink", 1).start();
-  c.make("mid").start();
+  for (int r = 0; r < mid_replicas; ++r) c.make("mid", r).start();
   c.make("src").start();
   c.pump(kill_after);
   c.kill_and_replace("mid");
@@ -500,9 +571,11 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
   ChainRun run;
   run.replayed = c.core("src").router(src_mid)->replayed();
   for (int r = 0; r < 2; ++r) run.duplicates += c.core("sink", r).duplicates_dropped();
-  for (const char* id : {"src", "mid"}) run.all_left = run.all_left && c.core(id).has_left();
+  run.all_left = c.core("src").has_left();
+  for (int r = 0; r < mid_replicas; ++r) run.all_left = run.all_left && c.core("mid", r).has_left();
   for (int r = 0; r < 2; ++r) run.all_left = run.all_left && c.core("sink", r).has_left();
-  for (const char* id : {"src", "mid"}) run.failure += c.effects(id).failure;
+  run.failure = c.effects("src").failure;
+  for (int r = 0; r < mid_replicas; ++r) run.failure += c.effects("mid", r).failure;
   EXPECT_TRUE(c.idle());
   return run;
 }
@@ -510,11 +583,12 @@ ChainRun run_chain_with_death(int kill_after, int mid_capacity) {
 TEST(FailoverCore, AChainDeliversEveryEnvelopeOnceAndInOrderAcrossAConsumersDeath) {
   std::uint64_t replayed = 0;
   std::uint64_t duplicates = 0;
-  for (int capacity : {1, 4}) {
-    for (int kill_after = 0; kill_after < 400; kill_after += 7) {
-      SCOPED_TRACE("mid's capacity " + std::to_string(capacity) + ", mid dies after " + std::to_string(kill_after) +
-                   " messages");
-      const ChainRun run = run_chain_with_death(kill_after, capacity);
+  const std::vector<std::pair<int, int>> shapes = {{1, 1}, {2, 1}, {4, 1}, {2, 2}, {4, 2}};
+  for (const auto& [capacity, replicas] : shapes) {
+    for (int kill_after = 0; kill_after < 320; ++kill_after) {
+      SCOPED_TRACE("mid: capacity " + std::to_string(capacity) + ", " + std::to_string(replicas) +
+                   " replicas; its replica 0 dies after " + std::to_string(kill_after) + " messages");
+      const ChainRun run = run_chain_with_death(kill_after, capacity, replicas);
       EXPECT_TRUE(run.failure.empty()) << run.failure;
       EXPECT_TRUE(run.all_left);
       replayed += run.replayed;
