@@ -54,6 +54,10 @@ struct EdgeReport {
   /// Most envelopes one producer ever kept for replay for one consumer
   /// replica (sent, not yet released); at most 2 x the queue's capacity.
   std::uint64_t peak_retained = 0;
+  /// Envelopes sent again to a consumer replica placed anew after its unit
+  /// died (failover). What the dead unit had received is not in `delivered`
+  /// (its figures died with it); what the new replica received again is.
+  std::uint64_t replayed = 0;
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
 };
 

@@ -42,6 +42,7 @@ Json edge_json(const EdgeReport& e) {
   j["refused"] = e.refused;
   j["peak_in_flight"] = e.peak_in_flight;
   j["peak_retained"] = e.peak_retained;
+  j["replayed"] = e.replayed;
   j["overflow"] = e.overflow;
   return j;
 }

@@ -26,6 +26,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 /// (shared_ptr<const RoutingTable>): a new placement is in force
 using placement_atom = caf::atom_constant<caf::atom("placement")>;
 

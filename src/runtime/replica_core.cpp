@@ -148,6 +148,12 @@ void ReplicaCore::tick(int kind) {
       expire_joins(setup_.clock(), false);
       maybe_finish();
       break;
+    case kFlush:
+      flush_scheduled_ = false;
+      if (queue_.empty()) {
+        for (auto& in : in_) flush_acks(in, true);
+      }
+      break;
     default:
       break;
   }
@@ -163,6 +169,19 @@ void ReplicaCore::stop_source() {
 void ReplicaCore::end_event() {
   flush_releases();
   if (finished_ && !left_) maybe_leave();
+  if (!flush_scheduled_ && queue_.empty() && owes_acks()) {
+    flush_scheduled_ = true;
+    effects_.schedule(kFlush, setup_.clock() + kIdleFlushNs);
+  }
+}
+
+bool ReplicaCore::owes_acks() const {
+  for (const auto& in : in_) {
+    for (std::size_t f = 0; f < in.unacked.size(); ++f) {
+      if (in.unacked[f] > 0 || in.releasable[f] > 0) return true;
+    }
+  }
+  return false;
 }
 
 // -- life cycle ---------------------------------------------------------
@@ -255,6 +274,9 @@ void ReplicaCore::maybe_leave() {
       if (due) return;
     }
   }
+  // Everything made was accepted downstream: every input is released now,
+  // and the producers get it before this replica goes.
+  for (auto& in : in_) flush_acks(in, true);
   left_ = true;
   effects_.finished();
 }

@@ -93,7 +93,12 @@ struct PlacementChange {
 class ReplicaCore final : public StageContext {
  public:
   /// Kinds of `ReplicaEffects::schedule` and `tick`.
-  enum Tick : int { kPull = 0, kResume = 1, kJoin = 2 };
+  /// kFlush: an idle replica returns the credits and releases it still owes
+  /// (its producers may be waiting on them: a release waits until outputs are
+  /// credited, so batching must not hold one back forever).
+  enum Tick : int { kPull = 0, kResume = 1, kJoin = 2, kFlush = 3 };
+  /// How long an idle replica waits before it returns what it owes.
+  static constexpr std::int64_t kIdleFlushNs = 1'000'000;
 
   ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects);
   ~ReplicaCore() override;
@@ -205,6 +210,8 @@ class ReplicaCore final : public StageContext {
 
   const config::StageDecl& decl() const;
   void end_event();
+  /// Credits or releases are due to some producer and not sent yet.
+  bool owes_acks() const;
 
   // -- life cycle
   Status make_stage();
@@ -295,6 +302,7 @@ class ReplicaCore final : public StageContext {
   std::vector<bool> join_ports_;  ///< input ports a complete set must have
   std::unordered_map<std::uint64_t, JoinSet> joins_;
   bool join_tick_scheduled_ = false;
+  bool flush_scheduled_ = false;
   std::size_t join_limit_ = 0;
   int eos_remaining_ = 0;
   bool started_ = false;

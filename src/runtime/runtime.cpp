@@ -163,6 +163,7 @@ RunReport build_report(const RunState& run) {
       e.waiting += side->waiting.load(std::memory_order_relaxed);
       e.peak_in_flight = std::max<std::uint64_t>(e.peak_in_flight, side->peak_in_flight.load(std::memory_order_relaxed));
       e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
+      e.replayed += side->replayed.load(std::memory_order_relaxed);
     }
     for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
       e.delivered += side->delivered.load(std::memory_order_relaxed);

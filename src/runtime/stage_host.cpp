@@ -108,6 +108,10 @@ class StageHost final : public ReplicaEffects {
           core_.tick(ReplicaCore::kJoin);
           flush_outbox();
         },
+        [this](flush_atom) {
+          core_.tick(ReplicaCore::kFlush);
+          flush_outbox();
+        },
         [this](placement_atom, std::shared_ptr<const RoutingTable>& table) {
           if (table->epoch <= table_->epoch) return;
           PlacementChange change = placement_change(*table_, *table);
@@ -139,6 +143,7 @@ class StageHost final : public ReplicaEffects {
       case ReplicaCore::kPull: send(pull_atom::value); break;
       case ReplicaCore::kResume: send(resume_atom::value); break;
       case ReplicaCore::kJoin: send(join_atom::value); break;
+      case ReplicaCore::kFlush: send(flush_atom::value); break;
       default: break;
     }
   }

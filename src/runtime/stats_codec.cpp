@@ -33,7 +33,7 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
         const EdgeSideStats& s = *run.edge_out[e][r];
         edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), true,
                                                s.sent.load(), s.dropped.load(), 0, s.peak_in_flight.load(),
-                                               s.too_large.load(), 0, s.peak_retained.load()));
+                                               s.too_large.load(), 0, s.peak_retained.load(), s.replayed.load()));
       }
       for (std::size_t r = 0; r < run.edge_in[e].size(); ++r) {
         if (table->unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
@@ -101,6 +101,7 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
         s.too_large += es->too_large();
         if (es->peak_in_flight() > s.peak_in_flight.load()) s.peak_in_flight.store(es->peak_in_flight());
         if (es->peak_retained() > s.peak_retained.load()) s.peak_retained.store(es->peak_retained());
+        s.replayed += es->replayed();
       } else {
         if (r >= run.edge_in[e].size() || table->unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
         run.edge_in[e][r]->delivered += es->delivered();

@@ -65,7 +65,8 @@ TEST_P(OverloadMemory, SixTimesTheEnvelopesNeedNoMoreMemory) {
   for (const auto& e : large.report["edges"]) {
     EXPECT_EQ(e["sent"].get<std::uint64_t>(), e["delivered"].get<std::uint64_t>() + e["dropped"].get<std::uint64_t>())
         << e.dump();
-    EXPECT_LE(e["peak_retained"].get<std::uint64_t>(), 16U) << e.dump();  // 2 x capacity 8
+    // 2 x work's capacity 8, plus the sink's 4 credits and 4 waiting that work may hold
+    EXPECT_LE(e["peak_retained"].get<std::uint64_t>(), 24U) << e.dump();
   }
   EXPECT_EQ(large.report["stages"]["work"]["processed"], 6000);
   // 6000 retained 64 KiB payloads alone would be 384 MiB.

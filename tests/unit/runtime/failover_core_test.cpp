@@ -362,14 +362,17 @@ TEST(FailoverCore, AReplicaLeavesOnlyOnceEverythingItSentIsReleased) {
   EXPECT_TRUE(mid.has_finished());
   EXPECT_FALSE(mid.has_left());
   EXPECT_FALSE(fx.left);
-  // Everything it owed upstream went when it finished; the mark went too.
+  // Its credits went when it finished, and the mark; its releases wait
+  // until the sink has credited what it made from them.
   EXPECT_EQ(fx.credits_to(in, 0) + fx.credits_to(in, 1), 2);
-  EXPECT_EQ(fx.released_to(in, 0) + fx.released_to(in, 1), 2);
+  EXPECT_EQ(fx.released_to(in, 0) + fx.released_to(in, 1), 0);
   EXPECT_EQ(lines(fx.trail, 0, "e"), (std::vector<std::string>{"e1:0"}));
   mid.ack(out, 0, 2, 1, 0);
   EXPECT_FALSE(fx.left);
   mid.ack(out, 0, 0, 1, 0);
   EXPECT_TRUE(fx.left);
+  // Everything it had taken was released before it left.
+  EXPECT_EQ(fx.released_to(in, 0) + fx.released_to(in, 1), 2);
   EXPECT_TRUE(mid.has_left());
 }
 
@@ -424,6 +427,8 @@ TEST(FailoverCore, AMovedProducersDuplicatesAreDroppedCountedAndAcknowledged) {
   EXPECT_EQ(mid.duplicates_dropped(), 4U);
   EXPECT_EQ(c.stats("mid").counter("duplicates_dropped").load(), 4);
   EXPECT_EQ(lines(fx.trail, mark, "d"), (std::vector<std::string>{"d1:0:6", "d1:0:7", "d1:0:8", "d1:0:9"}));
+  // Idle now, it returns what it still owes.
+  mid.tick(ReplicaCore::kFlush);
   // All eight it sent were acknowledged, duplicates included: credit and release.
   int credits = 0;
   int released = 0;
@@ -477,6 +482,7 @@ TEST(FailoverCore, WhatTheOldIncarnationLeftQueuedIsProcessedButNotAcknowledgedT
 TEST(FailoverCore, AReplicaThatHasEndedAcknowledgesAtOnceWhatAMovedProducerSendsAgain) {
   Cluster c(kChain);
   const int in = c.edge("src/out", "mid/in");
+  const int out = c.edge("mid/out", "sink/in");
   ReplicaCore& mid = c.make("mid");
   Endpoint& fx = c.effects("mid");
   mid.start();
@@ -489,7 +495,9 @@ TEST(FailoverCore, AReplicaThatHasEndedAcknowledgesAtOnceWhatAMovedProducerSends
   mid.placement_changed(moved_producer(in, 0));
   mid.deliver(in, 0, blob(1));  // one envelope: below the ack threshold (2)
   EXPECT_EQ(mid.duplicates_dropped(), 1U);
-  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/1"}));
+  // Credited at once; released once what came before it is (the sink has
+  // not credited mid's outputs yet).
+  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/0"}));
   mid.end_of_stream(in, 0);  // and its end again: nothing changes
   EXPECT_TRUE(lines(fx.trail, mark, "d").empty());
   EXPECT_TRUE(lines(fx.trail, mark, "e").empty());
@@ -498,8 +506,14 @@ TEST(FailoverCore, AReplicaThatHasEndedAcknowledgesAtOnceWhatAMovedProducerSends
   // letter, acknowledged all the same.
   mid.deliver(in, 0, blob(5));
   EXPECT_EQ(c.stats("mid").dead_letters.load(), 1U);
-  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/1", "a0:0:1/1"}));
+  EXPECT_EQ(lines(fx.trail, mark, "a0:0:"), (std::vector<std::string>{"a0:0:1/0", "a0:0:1/0"}));
   EXPECT_TRUE(lines(fx.trail, mark, "d").empty());
+  // The sink credits and releases both outputs: what the new incarnation
+  // sent is released (what the old one sent is no longer owed), and the
+  // replica leaves.
+  mid.ack(out, 0, 2, 2, 0);
+  EXPECT_EQ(fx.released_to(in, 0), 2);
+  EXPECT_TRUE(mid.has_left());
 }
 
 TEST(FailoverCore, AnEndOfStreamSentAgainByANewIncarnationCountsOnce) {
