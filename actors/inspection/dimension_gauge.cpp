@@ -9,6 +9,7 @@
 #include "inspection/frame_image.hpp"
 #include "inspection/part_drawings.hpp"
 #include "inspection/plate_geometry.hpp"
+#include "vision/camera_calibration.hpp"
 
 namespace swarmflow::inspection {
 
@@ -47,6 +48,8 @@ void DimensionGauge::setup(StageSpec& s) {
   results_ = s.output<schema::VisionResults>("results", "outer size and hole diameters of each part, in mm");
   s.param(mm_per_px_, "mm_per_px", "scale at the plate, mm per pixel (calibration of both cameras)", 0.1,
           {0.005, 10.0});
+  s.param(calibration_, "calibration",
+          "calibration file (swarmflow calibrate) whose mm_per_px is used instead of mm_per_px; empty = none", "");
   s.param(tolerance_mm_, "tolerance_mm", "allowed deviation of the outer width and height, mm", 0.2, {0.0, 100.0});
   s.param(hole_tolerance_mm_, "hole_tolerance_mm", "allowed deviation of a hole's diameter, mm", 0.1, {0.0, 100.0});
   std::vector<std::string> variants = {"auto"};
@@ -63,6 +66,21 @@ Status DimensionGauge::start(StageContext& ctx) {
   partial_sets_ = &ctx.counter("partial_sets");
   no_plate_ = &ctx.counter("no_plate");
   bad_frames_ = &ctx.counter("bad_frames");
+  if (!calibration_.empty()) {
+    vision::Calibration c;
+    std::string error;
+    if (!vision::read_calibration(calibration_, &c, &error)) {
+      return Status::error("inspection.measure: " + error, StatusCode::invalid_argument);
+    }
+    if (!(c.mm_per_px >= 0.005 && c.mm_per_px <= 10.0)) {
+      return Status::error("inspection.measure: " + calibration_ +
+                               " has no mm_per_px (its flat working-plane view was not found or was tilted); "
+                               "calibrate again with the board flat on the working plane in the first frame, "
+                               "or set mm_per_px and no calibration",
+                           StatusCode::invalid_argument);
+    }
+    mm_per_px_ = c.mm_per_px;
+  }
   return {};
 }
 

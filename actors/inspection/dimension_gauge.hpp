@@ -34,6 +34,8 @@
 ///
 /// Parameters (name, default, range):
 ///   mm_per_px            0.1   [0.005, 10]  scale at the plate (calibration), both cameras
+///   calibration          ""                 calibration file (swarmflow calibrate) whose mm_per_px
+///                                           replaces mm_per_px; fails at start if it has none
 ///   tolerance_mm         0.2   [0, 100]     allowed deviation of width and height
 ///   hole_tolerance_mm    0.1   [0, 100]     allowed deviation of a hole's diameter
 ///   variant              auto               the part's drawing, or `auto` (nearest by size)
@@ -46,7 +48,8 @@
 /// background, wholly in view, long side within 45 degrees of x); the
 /// cameras look straight down with square pixels and a known, uniform scale
 /// `mm_per_px` (a telecentric or calibrated and rectified view: no lens
-/// distortion or perspective is corrected here); holes are through-holes that
+/// distortion or perspective is corrected here; put vision.undistort in
+/// front and take the scale from its calibration file); holes are through-holes that
 /// show the background. Accuracy measured on the synthetic camera is in
 /// docs/inspection.md. Part ids follow the synthetic camera's convention
 /// (station + 1) * 1'000'000 + index unless `station` is set.
@@ -84,6 +87,7 @@ class DimensionGauge final : public Stage {
   InputPort<schema::Frame> b_;
   OutputPort<schema::VisionResults> results_;
   double mm_per_px_ = 0.1;
+  std::string calibration_;
   double tolerance_mm_ = 0.2;
   double hole_tolerance_mm_ = 0.1;
   std::string variant_;

@@ -54,7 +54,7 @@ class Rng {
 };
 
 // Tags that keep the random streams of different purposes apart.
-enum class Stream : std::uint64_t { part = 1, pose = 2, belt = 3, metal = 4, noise = 5, light = 6 };
+enum class Stream : std::uint64_t { part = 1, pose = 2, belt = 3, metal = 4, noise = 5, light = 6, target = 7 };
 
 // -- the part as machined, in its own frame (mm) -----------------------------
 
@@ -324,6 +324,22 @@ struct FramePlan {
   PartTruth truth;
 };
 
+/// The box that holds `box` as the lens shows it.
+cv::Rect2d distort_box(const SyntheticPartsConfig& cfg, const cv::Rect2d& box) {
+  if (cfg.k1 == 0) return box;
+  double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
+  for (const cv::Point2d& p : {box.tl(), box.br(), cv::Point2d(box.x + box.width, box.y),
+                               cv::Point2d(box.x, box.y + box.height)}) {
+    double x = 0, y = 0;
+    distort_point(cfg, p.x, p.y, &x, &y);
+    x0 = std::min(x0, x);
+    y0 = std::min(y0, y);
+    x1 = std::max(x1, x);
+    y1 = std::max(y1, y);
+  }
+  return {x0, y0, x1 - x0, y1 - y0};
+}
+
 FramePlan plan_frame(const SyntheticPartsConfig& cfg, std::uint64_t index) {
   FramePlan f;
   f.part = plan_part(cfg, index);
@@ -339,14 +355,15 @@ FramePlan plan_frame(const SyntheticPartsConfig& cfg, std::uint64_t index) {
   t.width_mm = f.part.width_mm;
   t.height_mm = f.part.height_mm;
   t.angle_deg = f.pose.angle * 180.0 / kPi;
-  t.centre_x_px = f.pose.cx;
-  t.centre_y_px = f.pose.cy;
+  distort_point(cfg, f.pose.cx, f.pose.cy, &t.centre_x_px, &t.centre_y_px);
   t.holes = f.part.holes;
+  t.k1 = cfg.k1;
+  t.focal_px = kWorkingDistanceMm / cfg.mm_per_px;
   const cv::Rect2d frame(0, 0, cfg.width, cfg.height);
   for (std::size_t i = 0; i < f.part.defects.size(); ++i) {
     const DefectShape& d = f.part.defects[i];
     PixelDefect p = to_pixels(i, f.placement, f.pose.angle, f.part);
-    const cv::Rect2d box = p.box & frame;
+    const cv::Rect2d box = distort_box(cfg, p.box) & frame;
     if (box.area() <= 0) continue;
     t.defects.push_back(DefectTruth{d.class_name, static_cast<float>(box.x), static_cast<float>(box.y),
                                     static_cast<float>(box.width), static_cast<float>(box.height),
@@ -371,7 +388,95 @@ std::array<float, 5> motion_kernel(double extra) {
   return k;
 }
 
+// -- the calibration target ----------------------------------------------------
+
+/// A checkerboard printed on white card with a quiet zone of one square,
+/// held at some pose under the camera.
+struct TargetPlan {
+  cv::Matx33d to_board;  ///< ideal image (px) -> board plane (mm, origin at the board's centre)
+  double half_w = 0, half_h = 0;  ///< of the printed squares, mm
+  double gain = 1;
+  int noise_x = 0, noise_y = 0, belt_offset = 0;
+  cv::Rect2d extent;  ///< of the card in the ideal image
+  PartTruth truth;
+};
+
+TargetPlan plan_target(const SyntheticPartsConfig& cfg, std::uint64_t index) {
+  Rng rng(hash_of({cfg.seed, static_cast<std::uint64_t>(cfg.station), static_cast<std::uint64_t>(cfg.camera), index,
+                   std::uint64_t(Stream::target)}));
+  TargetPlan t;
+  const double f = kWorkingDistanceMm / cfg.mm_per_px;
+  const double cx = (cfg.width - 1) / 2.0, cy = (cfg.height - 1) / 2.0;
+  t.half_w = (cfg.board_cols + 1) * cfg.square_mm / 2;
+  t.half_h = (cfg.board_rows + 1) * cfg.square_mm / 2;
+  // Frame 0 lies flat and centred on the working plane; the others are
+  // turned, tilted about a random axis in the plane, lifted or lowered a
+  // little, and moved about so that the board's corners reach every part of
+  // the frame.
+  double spin = 0, tilt = 0, axis = 0, ox = 0, oy = 0, z = kWorkingDistanceMm;
+  if (index > 0) {
+    spin = rng.uniform(-15.0, 15.0) * kPi / 180.0;
+    tilt = rng.uniform(0.35, 1.0) * cfg.max_tilt_deg * kPi / 180.0;
+    axis = rng.uniform(0, 2 * kPi);
+    z = kWorkingDistanceMm * rng.uniform(0.92, 1.08);
+    const double room_x = std::max(0.0, cfg.width * cfg.mm_per_px / 2 - t.half_w * 0.8);
+    const double room_y = std::max(0.0, cfg.height * cfg.mm_per_px / 2 - t.half_h * 0.8);
+    ox = rng.uniform(-room_x, room_x);
+    oy = rng.uniform(-room_y, room_y);
+  }
+  t.gain = rng.uniform(0.95, 1.05);
+  t.belt_offset = rng.range(0, 511);
+  t.noise_x = rng.range(0, 511);
+  t.noise_y = rng.range(0, 511);
+  // Rotation: spin about the optical axis, then tilt about `axis` (Rodrigues).
+  const cv::Vec3d k(std::cos(axis), std::sin(axis), 0);
+  const cv::Matx33d kx(0, -k[2], k[1], k[2], 0, -k[0], -k[1], k[0], 0);
+  const cv::Matx33d tilt_r = cv::Matx33d::eye() + std::sin(tilt) * kx + (1 - std::cos(tilt)) * kx * kx;
+  const cv::Matx33d spin_r(std::cos(spin), -std::sin(spin), 0, std::sin(spin), std::cos(spin), 0, 0, 0, 1);
+  const cv::Matx33d r = tilt_r * spin_r;
+  const cv::Matx33d cam(f, 0, cx, 0, f, cy, 0, 0, 1);
+  const cv::Matx33d to_image = cam * cv::Matx33d(r(0, 0), r(0, 1), ox, r(1, 0), r(1, 1), oy, r(2, 0), r(2, 1), z);
+  t.to_board = to_image.inv();
+  // The card (squares plus a quiet zone of one square) in the ideal image.
+  const double cw = t.half_w + cfg.square_mm, ch = t.half_h + cfg.square_mm;
+  double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
+  for (const cv::Vec3d& c : {cv::Vec3d(-cw, -ch, 1), cv::Vec3d(cw, -ch, 1), cv::Vec3d(cw, ch, 1), cv::Vec3d(-cw, ch, 1)}) {
+    const cv::Vec3d p = to_image * c;
+    x0 = std::min(x0, p[0] / p[2]);
+    y0 = std::min(y0, p[1] / p[2]);
+    x1 = std::max(x1, p[0] / p[2]);
+    y1 = std::max(y1, p[1] / p[2]);
+  }
+  t.extent = {x0, y0, x1 - x0, y1 - y0};
+  const cv::Vec3d centre = to_image * cv::Vec3d(0, 0, 1);
+  PartTruth& truth = t.truth;
+  truth.part_id = synthetic_part_id(cfg.station, index);
+  truth.station = cfg.station;
+  truth.camera = cfg.camera;
+  truth.frame_index = index;
+  truth.variant = "checkerboard";
+  truth.mm_per_px = cfg.mm_per_px;
+  truth.width_mm = 2 * t.half_w;
+  truth.height_mm = 2 * t.half_h;
+  truth.angle_deg = spin * 180.0 / kPi;
+  distort_point(cfg, centre[0] / centre[2], centre[1] / centre[2], &truth.centre_x_px, &truth.centre_y_px);
+  truth.k1 = cfg.k1;
+  truth.focal_px = f;
+  truth.square_mm = cfg.square_mm;
+  truth.tilt_deg = tilt * 180.0 / kPi;
+  return t;
+}
+
 }  // namespace
+
+void distort_point(const SyntheticPartsConfig& config, double x, double y, double* xd, double* yd) {
+  const double cx = (config.width - 1) / 2.0, cy = (config.height - 1) / 2.0;
+  const double half_diag = std::hypot(config.width, config.height) / 2;
+  const double r2 = ((x - cx) * (x - cx) + (y - cy) * (y - cy)) / (half_diag * half_diag);
+  const double scale = 1 + config.k1 * r2;
+  *xd = cx + (x - cx) * scale;
+  *yd = cy + (y - cy) * scale;
+}
 
 // -- the catalogue ---------------------------------------------------------------
 
@@ -400,6 +505,7 @@ struct SyntheticParts::Precomputed {
   cv::Mat noise_up, noise_down;  ///< CV_8U, kNoiseRows x (width + kNoiseCols): max(n, 0) and max(-n, 0)
   cv::Mat light;                 ///< CV_8U, the lighting over the frame, 255 at its brightest
   double light_max = 1;          ///< the lighting that 255 stands for
+  cv::Mat lens_x, lens_y;        ///< CV_32F: for each pixel, where in the ideal image it looks; empty without distortion
   static constexpr int kBeltPeriod = 512;
   static constexpr int kNoiseRows = 512;
   static constexpr int kNoiseCols = 512;
@@ -427,6 +533,7 @@ void normalise(cv::Mat& m, double sigma) {
 SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), pre_(std::make_unique<Precomputed>()) {
   if (config_.width < 16 || config_.height < 16) throw std::invalid_argument("synthetic parts: frame too small");
   if (!(config_.mm_per_px > 0)) throw std::invalid_argument("synthetic parts: mm_per_px must be positive");
+  if (!(std::abs(config_.k1) <= 0.1)) throw std::invalid_argument("synthetic parts: k1 must be within [-0.1, 0.1]");
   const int w = config_.width, h = config_.height;
   const auto station = static_cast<std::uint64_t>(config_.station);
   const auto camera = static_cast<std::uint64_t>(config_.camera);
@@ -524,15 +631,40 @@ SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), p
       }
     }
   }
+
+  // The lens: for each pixel, the point of the ideal image it shows.
+  if (config_.k1 != 0) {
+    const double cx = (w - 1) / 2.0, cy = (h - 1) / 2.0, half_diag = std::hypot(w, h) / 2;
+    pre_->lens_x.create(h, w, CV_32F);
+    pre_->lens_y.create(h, w, CV_32F);
+    for (int y = 0; y < h; ++y) {
+      auto* mx = pre_->lens_x.ptr<float>(y);
+      auto* my = pre_->lens_y.ptr<float>(y);
+      for (int x = 0; x < w; ++x) {
+        // Solve u (1 + k1 u^2) = s for the ideal radius u (Newton; the map is
+        // monotonic over the frame for |k1| <= 0.1).
+        const double s = std::hypot(x - cx, y - cy) / half_diag;
+        double u = s;
+        for (int i = 0; i < 8; ++i) u -= (u * (1 + config_.k1 * u * u) - s) / (1 + 3 * config_.k1 * u * u);
+        const double ratio = s > 0 ? u / s : 1.0;
+        mx[x] = static_cast<float>(cx + (x - cx) * ratio);
+        my[x] = static_cast<float>(cy + (y - cy) * ratio);
+      }
+    }
+  }
 }
 
 SyntheticParts::~SyntheticParts() = default;
 SyntheticParts::SyntheticParts(SyntheticParts&&) noexcept = default;
 SyntheticParts& SyntheticParts::operator=(SyntheticParts&&) noexcept = default;
 
-PartTruth SyntheticParts::truth(std::uint64_t index) const { return plan_frame(config_, index).truth; }
+PartTruth SyntheticParts::truth(std::uint64_t index) const {
+  if (config_.scene == SyntheticScene::checkerboard) return plan_target(config_, index).truth;
+  return plan_frame(config_, index).truth;
+}
 
 PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const {
+  if (config_.scene == SyntheticScene::checkerboard) return render_target(index, bgr, stride);
   const FramePlan f = plan_frame(config_, index);
   const int w = config_.width, h = config_.height;
   const Precomputed& pre = *pre_;
@@ -713,22 +845,78 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
     }
   }
 
-  // Exposure: motion blur along the belt, lighting, sensor noise (a tile at
-  // a random offset, added as its positive and negative parts), then written
-  // once into the caller's buffer as BGR.
+  expose(reflect, f.pose.blur_px, f.pose.gain, f.pose.noise_x, f.pose.noise_y, bgr, stride);
+  return f.truth;
+}
+
+PartTruth SyntheticParts::render_target(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const {
+  const TargetPlan t = plan_target(config_, index);
+  const int w = config_.width, h = config_.height;
+  cv::Mat reflect = pre_->belt(cv::Rect(t.belt_offset, 0, w, h)).clone();
+  constexpr double kWhite = 215, kBlack = 35, kCard = 215;
+  const double sq = config_.square_mm;
+  const double card_w = t.half_w + sq, card_h = t.half_h + sq;
+  const cv::Rect box = cv::Rect(static_cast<int>(std::floor(t.extent.x)) - 1, static_cast<int>(std::floor(t.extent.y)) - 1,
+                                static_cast<int>(std::ceil(t.extent.width)) + 3,
+                                static_cast<int>(std::ceil(t.extent.height)) + 3) &
+                       cv::Rect(0, 0, w, h);
+  // 4 x 4 samples a pixel: the card's edges and the squares' are antialiased.
+  constexpr int kSamples = 4;
+  const cv::Matx33d& m = t.to_board;
+  for (int y = box.y; y < box.y + box.height; ++y) {
+    auto* r = reflect.ptr<std::uint8_t>(y);
+    for (int x = box.x; x < box.x + box.width; ++x) {
+      double sum = 0;
+      for (int j = 0; j < kSamples; ++j) {
+        const double py = y + (j + 0.5) / kSamples - 0.5;
+        for (int i = 0; i < kSamples; ++i) {
+          const double px = x + (i + 0.5) / kSamples - 0.5;
+          const double wz = m(2, 0) * px + m(2, 1) * py + m(2, 2);
+          const double bx = (m(0, 0) * px + m(0, 1) * py + m(0, 2)) / wz;
+          const double by = (m(1, 0) * px + m(1, 1) * py + m(1, 2)) / wz;
+          if (std::abs(bx) > card_w || std::abs(by) > card_h) {
+            sum += r[x];
+          } else if (std::abs(bx) > t.half_w || std::abs(by) > t.half_h) {
+            sum += kCard;
+          } else {
+            const auto u = static_cast<long>(std::floor((bx + t.half_w) / sq));
+            const auto v = static_cast<long>(std::floor((by + t.half_h) / sq));
+            sum += ((u + v) % 2 == 0) ? kBlack : kWhite;
+          }
+        }
+      }
+      r[x] = cv::saturate_cast<std::uint8_t>(sum / (kSamples * kSamples));
+    }
+  }
+  expose(reflect, 0.0, t.gain, t.noise_x, t.noise_y, bgr, stride);
+  return t.truth;
+}
+
+void SyntheticParts::expose(cv::Mat& reflect, double blur_px, double gain, int noise_x, int noise_y,
+                            std::uint8_t* bgr, std::size_t stride) const {
+  // Exposure: motion blur along the belt, lighting, the lens, sensor noise (a
+  // tile at a random offset, added as its positive and negative parts), then
+  // written once into the caller's buffer as BGR.
+  const Precomputed& pre = *pre_;
+  const int w = config_.width, h = config_.height;
   cv::Mat exposed;
-  const std::array<float, 5> k = motion_kernel(f.pose.blur_px);
+  const std::array<float, 5> k = motion_kernel(blur_px);
   if (k[2] < 1.0F) {
     cv::filter2D(reflect, exposed, -1, cv::Mat(1, 5, CV_32F, const_cast<float*>(k.data())), cv::Point(-1, -1), 0,
                  cv::BORDER_REPLICATE);
   } else {
     exposed = reflect;
   }
-  cv::multiply(exposed, pre.light, exposed, f.pose.gain * pre.light_max / 255.0);
+  cv::multiply(exposed, pre.light, exposed, gain * pre.light_max / 255.0);
+  if (!pre.lens_x.empty()) {
+    cv::Mat seen;
+    cv::remap(exposed, seen, pre.lens_x, pre.lens_y, cv::INTER_LINEAR, cv::BORDER_REPLICATE);
+    exposed = seen;
+  }
   for (int y = 0; y < h;) {
-    const int ty = (y + f.pose.noise_y) % Precomputed::kNoiseRows;
+    const int ty = (y + noise_y) % Precomputed::kNoiseRows;
     const int rows = std::min(Precomputed::kNoiseRows - ty, h - y);
-    const cv::Rect tile(f.pose.noise_x, ty, w, rows);
+    const cv::Rect tile(noise_x, ty, w, rows);
     cv::Mat band = exposed(cv::Rect(0, y, w, rows));
     cv::add(band, pre.noise_up(tile), band);
     cv::subtract(band, pre.noise_down(tile), band);
@@ -736,7 +924,6 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
   }
   cv::Mat out(h, w, CV_8UC3, bgr, stride);
   cv::cvtColor(exposed, out, cv::COLOR_GRAY2BGR);
-  return f.truth;
 }
 
 // -- synthetic://parts?... ------------------------------------------------------
@@ -746,13 +933,18 @@ bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, s
     if (error != nullptr) *error = message;
     return false;
   };
-  const std::string prefix = "synthetic://parts";
-  if (uri.compare(0, prefix.size(), prefix) != 0) return fail("not a synthetic://parts URI: " + uri);
-  std::string rest = uri.substr(prefix.size());
-  if (rest.empty()) return true;
-  if (rest[0] != '?') return fail("expected '?' after synthetic://parts in " + uri);
-  rest.erase(0, 1);
   SyntheticPartsConfig c = *config;
+  std::string prefix = "synthetic://parts";
+  c.scene = SyntheticScene::parts;
+  if (uri.compare(0, std::string("synthetic://checkerboard").size(), "synthetic://checkerboard") == 0) {
+    prefix = "synthetic://checkerboard";
+    c.scene = SyntheticScene::checkerboard;
+  } else if (uri.compare(0, prefix.size(), prefix) != 0) {
+    return fail("not a synthetic://parts or synthetic://checkerboard URI: " + uri);
+  }
+  std::string rest = uri.substr(prefix.size());
+  if (!rest.empty() && rest[0] != '?') return fail("expected '?' after " + prefix + " in " + uri);
+  if (!rest.empty()) rest.erase(0, 1);
   std::size_t pos = 0;
   while (pos <= rest.size()) {
     const std::size_t amp = std::min(rest.find('&', pos), rest.size());
@@ -792,10 +984,26 @@ bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, s
         c.defect_rate = as_double(0.0, 1.0);
       } else if (key == "noise_sigma") {
         c.noise_sigma = as_double(0.0, 50.0);
+      } else if (key == "k1") {
+        c.k1 = as_double(-0.1, 0.1);
+      } else if (key == "board") {
+        const std::size_t x = value.find('x');
+        if (x == std::string::npos) throw std::out_of_range(key);
+        const std::string cols = value.substr(0, x), rows = value.substr(x + 1);
+        const int wc = std::stoi(cols, &used);
+        if (used != cols.size()) throw std::out_of_range(key);
+        const int hr = std::stoi(rows, &used);
+        if (used != rows.size() || wc < 3 || hr < 3 || wc > 40 || hr > 40) throw std::out_of_range(key);
+        c.board_cols = wc;
+        c.board_rows = hr;
+      } else if (key == "square_mm") {
+        c.square_mm = as_double(0.5, 500.0);
+      } else if (key == "max_tilt_deg") {
+        c.max_tilt_deg = as_double(0.0, 60.0);
       } else {
         return fail("unknown key '" + key +
-                    "' in synthetic://parts (known: seed, width, height, station, camera, mm_per_px, "
-                    "defect_rate, noise_sigma)");
+                    "' in " + prefix + " (known: seed, width, height, station, camera, mm_per_px, "
+                    "defect_rate, noise_sigma, k1, board, square_mm, max_tilt_deg)");
       }
     } catch (const std::exception&) {
       return fail("bad value '" + value + "' for '" + key + "' in " + uri);
@@ -820,6 +1028,12 @@ std::string to_json(const PartTruth& t) {
   j["angle_deg"] = t.angle_deg;
   j["centre_x_px"] = t.centre_x_px;
   j["centre_y_px"] = t.centre_y_px;
+  j["k1"] = t.k1;
+  j["focal_px"] = t.focal_px;
+  if (t.square_mm > 0) {
+    j["square_mm"] = t.square_mm;
+    j["tilt_deg"] = t.tilt_deg;
+  }
   j["holes"] = nlohmann::json::array();
   for (const auto& h : t.holes) {
     j["holes"].push_back({{"x_mm", h.x_mm}, {"y_mm", h.y_mm}, {"diameter_mm", h.diameter_mm}, {"missing", h.missing}});
@@ -847,6 +1061,10 @@ std::optional<PartTruth> parse_truth(std::string_view json) {
     t.angle_deg = j.value("angle_deg", 0.0);
     t.centre_x_px = j.value("centre_x_px", 0.0);
     t.centre_y_px = j.value("centre_y_px", 0.0);
+    t.k1 = j.value("k1", 0.0);
+    t.focal_px = j.value("focal_px", 0.0);
+    t.square_mm = j.value("square_mm", 0.0);
+    t.tilt_deg = j.value("tilt_deg", 0.0);
     for (const auto& h : j.value("holes", nlohmann::json::array())) {
       t.holes.push_back(HoleTruth{h.at("x_mm").get<double>(), h.at("y_mm").get<double>(),
                                   h.at("diameter_mm").get<double>(), h.value("missing", false)});

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include <opencv2/core.hpp>
+
 namespace swarmflow::video {
 
 /// One defect as drawn, in pixels of the frame.
@@ -45,6 +47,14 @@ struct PartTruth {
   double centre_x_px = 0, centre_y_px = 0;
   std::vector<HoleTruth> holes;  ///< in the order of the variant's drawing
   std::vector<DefectTruth> defects;
+  /// The lens: radial distortion `k1` as defined in SyntheticPartsConfig,
+  /// and the focal length of the ideal pinhole camera, in pixels.
+  double k1 = 0;
+  double focal_px = 0;
+  /// Calibration target frames only (variant "checkerboard"): side of a
+  /// square and the board's tilt against the working plane.
+  double square_mm = 0;
+  double tilt_deg = 0;
 };
 
 /// The drawing of one part variant: nominal outer size and hole pattern, in mm,
@@ -65,6 +75,17 @@ const std::vector<PartVariant>& synthetic_part_variants();
 /// The part id a station gives its `index`-th part: (station + 1) * 1'000'000 + index.
 std::uint64_t synthetic_part_id(int station, std::uint64_t index);
 
+/// What a synthetic camera looks at.
+enum class SyntheticScene {
+  parts,         ///< `synthetic://parts?...`: plates on the conveyor
+  checkerboard,  ///< `synthetic://checkerboard?...`: a calibration target at varied poses
+};
+
+/// The synthetic camera is an ideal pinhole camera this far above the
+/// working plane (the conveyor), looking straight down; its focal length in
+/// pixels is kWorkingDistanceMm / mm_per_px.
+constexpr double kWorkingDistanceMm = 300.0;
+
 /// Parameters of `synthetic://parts?seed=7&station=0&camera=0&...`. The
 /// field of view is width x height x mm_per_px (192 x 108 mm by default);
 /// the plates (up to 130 x 85 mm) need about 140 x 100 mm of it, so a smaller
@@ -78,10 +99,31 @@ struct SyntheticPartsConfig {
   double mm_per_px = 0.1;    ///< scale at the plate (the documented calibration)
   double defect_rate = 0.6;  ///< chance that a part has at least one defect
   double noise_sigma = 3.0;  ///< sensor noise, grey levels
+  /// Radial lens distortion. A point of the ideal (pinhole) image at
+  /// distance r from the image centre ((width - 1) / 2, (height - 1) / 2) is
+  /// seen at r (1 + k1 (r / R)^2), R = half the image diagonal,
+  /// hypot(width, height) / 2. So k1 is the relative displacement at the
+  /// image corner: -0.01 is 1 % barrel, +0.01 1 % pincushion. It is OpenCV's
+  /// k1 times (R / focal_px)^2. Supported: [-0.02, 0.02]; accepted up to
+  /// [-0.1, 0.1].
+  double k1 = 0.0;
+  SyntheticScene scene = SyntheticScene::parts;
+  /// Checkerboard only: inner corners across and down, side of a square,
+  /// and the largest tilt of the board against the working plane. Frame 0
+  /// lies flat on the working plane (the view that gives the scale).
+  int board_cols = 9;
+  int board_rows = 6;
+  double square_mm = 10.0;
+  double max_tilt_deg = 25.0;
 };
 
-/// Reads `synthetic://parts?key=value&...` into `config` (keys as above);
-/// false with `*error` set for an unknown key or a bad value.
+/// Where the lens of `config` shows a point of the ideal image (pixels).
+void distort_point(const SyntheticPartsConfig& config, double x, double y, double* xd, double* yd);
+
+/// Reads `synthetic://parts?key=value&...` or
+/// `synthetic://checkerboard?key=value&...` into `config` (keys as above;
+/// `board` is written WxH, e.g. 9x6 inner corners); false with `*error` set
+/// for an unknown key or a bad value.
 bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, std::string* error);
 
 /// Renders frames of one synthetic camera. Construction precomputes the
@@ -108,6 +150,10 @@ class SyntheticParts {
 
  private:
   struct Precomputed;
+  PartTruth render_target(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const;
+  /// Blur along the belt, lighting, lens, sensor noise; then BGR into `bgr`.
+  void expose(cv::Mat& reflect, double blur_px, double gain, int noise_x, int noise_y, std::uint8_t* bgr,
+              std::size_t stride) const;
   SyntheticPartsConfig config_;
   std::unique_ptr<Precomputed> pre_;
 };

@@ -20,7 +20,8 @@ constexpr std::size_t kTruthRoom = 64 * 1024;
 void VideoSource::setup(StageSpec& s) {
   frames_ = s.output<schema::Frame>("frames", "video frames; pixels written once into the payload");
   s.param(uri_text_, "uri",
-          "file://PATH, rtsp://..., http(s)://..., v4l2:///dev/videoN, test://PATTERN or synthetic://parts?...",
+          "file://PATH, rtsp://..., http(s)://..., v4l2:///dev/videoN, test://PATTERN, synthetic://parts?... or "
+          "synthetic://checkerboard?...",
           "test://smpte");
   s.param(width_, "width", "output width in pixels, 0 = as the source gives", 0, {0.0, 16384.0});
   s.param(height_, "height", "output height in pixels, 0 = as the source gives", 0, {0.0, 16384.0});

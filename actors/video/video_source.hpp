@@ -8,7 +8,8 @@
 ///
 /// Parameters:
 ///   uri              string   file://PATH | rtsp://... | http(s)://... | v4l2:///dev/videoN |
-///                             test://PATTERN | synthetic://parts?key=value&...
+///                             test://PATTERN | synthetic://parts?key=value&... |
+///                             synthetic://checkerboard?key=value&... (a calibration target)
 ///   width, height    integer  output size, 0 = as the source gives
 ///   fps              number   output rate, 0 = as the source gives (synthetic: 0 = as fast as
 ///                             flow control allows; > 0 = paced and live)

@@ -2,8 +2,10 @@
 
 #include <cstdio>
 
+#include <opencv2/calib3d.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "vision/camera_calibration.hpp"
 #include "vision/frame_mat.hpp"
 
 namespace swarmflow::vision {
@@ -118,6 +120,53 @@ Status Crop::process(Inputs& in, Outputs& out, StageContext&) {
   const int h = std::min(height_ > 0 ? static_cast<int>(height_) : src.rows, src.rows - y);
   FrameWriter writer(w, h, f->format());
   src(cv::Rect(x, y, w, h)).copyTo(writer.pixels());
+  out.emit(out_, writer.finish(*f));
+  return {};
+}
+
+// -- vision.undistort -------------------------------------------------------
+
+void Undistort::setup(StageSpec& s) {
+  in_ = s.input<schema::Frame>("frames", "frames as the lens shows them");
+  out_ = s.output<schema::Frame>("frames", "the same frames with the lens distortion removed");
+  s.param(calibration_, "calibration", "calibration file written by swarmflow calibrate (required)", "");
+  s.param(interpolation_, "interpolation", "resampling of the remap", "linear", {"linear", "cubic"});
+}
+
+Status Undistort::start(StageContext&) {
+  if (calibration_.empty()) {
+    return Status::error("vision.undistort: set calibration to the file written by swarmflow calibrate",
+                         StatusCode::invalid_argument);
+  }
+  Calibration c;
+  std::string error;
+  if (!read_calibration(calibration_, &c, &error)) {
+    return Status::error("vision.undistort: " + error, StatusCode::invalid_argument);
+  }
+  size_ = c.image_size;
+  cv::initUndistortRectifyMap(c.camera_matrix, c.distortion, cv::Mat(), c.camera_matrix, size_, CV_16SC2, map1_,
+                              map2_);
+  return {};
+}
+
+Status Undistort::process(Inputs& in, Outputs& out, StageContext&) {
+  const schema::Frame* f = in.get(in_);
+  if (f == nullptr) return {};
+  if (f->format() == schema::PixelFormat::NV12) {
+    return Status::error("vision.undistort: NV12 input is not supported; ask the source for BGR or GRAY8",
+                         StatusCode::invalid_argument);
+  }
+  const cv::Mat src = view_of(*f);
+  if (src.empty()) return bad_frame("vision.undistort");
+  if (src.size() != size_) {
+    return Status::error("vision.undistort: " + calibration_ + " calibrates " + std::to_string(size_.width) + "x" +
+                             std::to_string(size_.height) + " frames, but this frame is " + std::to_string(src.cols) +
+                             "x" + std::to_string(src.rows) + "; calibrate this camera at this size",
+                         StatusCode::invalid_argument);
+  }
+  FrameWriter writer(src.cols, src.rows, f->format());
+  cv::remap(src, writer.pixels(), map1_, map2_, interpolation_ == "cubic" ? cv::INTER_CUBIC : cv::INTER_LINEAR,
+            cv::BORDER_CONSTANT);  // straight into the payload
   out.emit(out_, writer.finish(*f));
   return {};
 }

@@ -27,6 +27,18 @@
 ///     inputs: {frames: camera/frames, results: detect/results}
 ///     join: {key: seq, timeout_ms: 500}
 ///   ```
+/// vision.undistort — input `frames`, output `frames`. Removes lens distortion
+///   with a calibration file written by `swarmflow calibrate`: the maps are
+///   computed once at start (initUndistortRectifyMap, keeping the file's camera
+///   matrix, so the scale at the working plane is the file's mm_per_px) and
+///   each frame is remapped (cv::remap) straight into its payload. Pixels that
+///   fall outside the source are black. BGR, RGB, BGRA, GRAY8; not NV12.
+///   calibration (string: path of the file; required), interpolation (linear | cubic).
+///   Fails at start when the file is missing or malformed, and on the first
+///   frame whose size is not the file's image size.
+///   ```yaml
+///   - {id: flat, type: vision.undistort, inputs: {frames: camera/frames}, params: {calibration: calib.yaml}}
+///   ```
 
 #include <string>
 
@@ -76,6 +88,21 @@ class Annotate final : public Stage {
   std::int64_t thickness_ = 2;
   double font_scale_ = 0.6;
   std::string camera_;
+};
+
+class Undistort final : public Stage {
+ public:
+  void setup(StageSpec& s) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  InputPort<schema::Frame> in_;
+  OutputPort<schema::Frame> out_;
+  std::string calibration_;
+  std::string interpolation_;
+  cv::Size size_;
+  cv::Mat map1_, map2_;  ///< from initUndistortRectifyMap, fixed point
 };
 
 /// Draws `results` (boxes, labels, measurements) onto `image` (BGR or GRAY8).

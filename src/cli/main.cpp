@@ -1,5 +1,5 @@
 // The `swarmflow` command: run, validate, graph and describe pipelines;
-// make keys; print its shell completion.
+// calibrate a camera; make keys; print its shell completion.
 // Exit codes: 0 ok, 1 runtime failure, 2 invalid pipeline or usage.
 
 #include <atomic>
@@ -17,6 +17,7 @@
 
 #include <swarmflow/swarmflow.hpp>
 
+#include "cli/calibrate.hpp"
 #include "cli/catalogue.hpp"
 #include "config/pipeline_spec.hpp"
 #include "cli/completion.hpp"
@@ -298,6 +299,26 @@ int main(int argc, char** argv) {
   describe->add_flag("--markdown", describe_markdown, "print a pack's page of docs/stages/ (Markdown)")
       ->excludes(json_flag);
 
+  swarmflow::cli::CalibrateArgs calibrate_args;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "calibrate a camera from frames of a checkerboard and write its calibration file");
+  calibrate->add_option("uri", calibrate_args.uri, "video.source URI of the frames (file://, synthetic://checkerboard?...)")
+      ->required();
+  calibrate->add_option("--board", calibrate_args.board, "inner corners of the board, WxH (e.g. 9x6)")->required();
+  calibrate->add_option("--square-mm", calibrate_args.square_mm, "side of a square of the board, mm")->required();
+  calibrate->add_option("--out", calibrate_args.out, "calibration file to write (YAML)")
+      ->required()
+      ->type_name(kFileValue);
+  calibrate->add_option("--frames", calibrate_args.frames, "frames to look at, 0 = until the source ends")
+      ->capture_default_str();
+  calibrate->add_option("--min-views", calibrate_args.min_views, "refuse with fewer views where the board is found")
+      ->capture_default_str();
+  calibrate->add_option("--max-rms", calibrate_args.max_rms_px, "refuse above this RMS reprojection error, px")
+      ->capture_default_str();
+  calibrate->add_option("--plane-frame", calibrate_args.plane_frame,
+                        "frame showing the board flat on the working plane (gives mm_per_px)")
+      ->capture_default_str();
+
   std::string completion_shell;
   auto* completion = app.add_subcommand(
       "completion", "print a shell completion script: source <(swarmflow completion bash)");
@@ -323,5 +344,9 @@ int main(int argc, char** argv) {
                                                            : DescribeFormat::text);
   }
   if (*completion) return cmd_completion(app, completion_shell);
+  if (*calibrate) {
+    swarmflow::Runtime rt;
+    return swarmflow::cli::run_calibrate(rt.registry(), calibrate_args);
+  }
   return kExitInvalid;
 }
