@@ -109,6 +109,13 @@ void FailureDetectors::heartbeat(std::size_t unit, std::int64_t now_ns) { detect
 
 void FailureDetectors::retire(std::size_t unit) { retired_[unit] = true; }
 
+void FailureDetectors::rejoin(std::size_t unit, std::int64_t now_ns) {
+  detectors_[unit] = FailureDetector(detectors_[unit].settings());
+  dead_[unit] = false;
+  retired_[unit] = false;
+  detectors_[unit].heartbeat(now_ns);
+}
+
 std::vector<DeadUnit> FailureDetectors::declare_dead(std::int64_t now_ns) {
   std::vector<DeadUnit> out;
   for (std::size_t u = 0; u < detectors_.size(); ++u) {

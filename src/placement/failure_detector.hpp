@@ -92,6 +92,9 @@ class FailureDetectors {
   void heartbeat(std::size_t unit, std::int64_t now_ns);
   /// `unit` has finished and may go quiet: it is no longer watched.
   void retire(std::size_t unit);
+  /// `unit` was declared dead and is heard again at `now_ns` (restarted):
+  /// it is watched again from scratch, with no history.
+  void rejoin(std::size_t unit, std::int64_t now_ns);
   /// The units suspected at `now_ns` that were not declared dead before;
   /// from now on they are.
   std::vector<DeadUnit> declare_dead(std::int64_t now_ns);

@@ -82,6 +82,7 @@ struct RunState {
   void replica_finished(int count = 1);
   /// Replicas placed here after the start (failover): the run also waits for them.
   void adopt_replicas(int count);
+  int replicas_total() const;
   /// Ends the run now with an error (a unit died, the coordinator is gone):
   /// waiters wake although replicas have not finished.
   void abort(const std::string& message);

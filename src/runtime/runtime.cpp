@@ -44,6 +44,11 @@ std::vector<FailoverReport> RunState::failovers() const {
   return failovers_;
 }
 
+int RunState::replicas_total() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_replicas;
+}
+
 void RunState::adopt_replicas(int count) {
   std::lock_guard<std::mutex> lock(mutex_);
   total_replicas += count;
@@ -426,7 +431,10 @@ struct ClusterView {
   std::vector<bool> joined;
   std::vector<bool> ready;
   std::vector<bool> done;
-  std::vector<bool> dead;  ///< declared dead by its detector
+  std::vector<bool> dead;       ///< declared dead by its detector
+  std::vector<bool> rejoining;  ///< dead, heard again: gets the plan in force, then Go
+  std::vector<bool> plan_sent;  ///< a rejoining unit has been sent the plan
+  std::uint64_t stale_messages = 0;  ///< from units declared dead, other than a new heartbeat
   /// Every message from a unit is a heartbeat for its detector.
   std::unique_ptr<placement::FailureDetectors> detectors;
   std::string lost;  ///< why the first unit declared dead was; empty while none is
@@ -789,7 +797,7 @@ struct Runtime::Impl {
             fits = next < p->units()->size();
             if (!fits) break;
             const std::uint32_t u = p->units()->Get(static_cast<flatbuffers::uoffset_t>(next));
-            fits = u < run.spec.units.size() || (u == runtime::kLostInPlan && side.has_plan);
+            fits = u < run.spec.units.size() || u == runtime::kLostInPlan;
             if (fits) replicas.push_back(u == runtime::kLostInPlan ? runtime::kLostUnit : static_cast<int>(u));
           }
           plan.push_back(std::move(replicas));
@@ -835,6 +843,8 @@ struct Runtime::Impl {
     cluster->ready.assign(n, false);
     cluster->done.assign(n, false);
     cluster->dead.assign(n, false);
+    cluster->rejoining.assign(n, false);
+    cluster->plan_sent.assign(n, false);
     cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
@@ -863,6 +873,21 @@ struct Runtime::Impl {
       return;
     }
     const auto i = static_cast<std::size_t>(u);
+    if (view.dead[i]) {
+      // A unit declared dead speaks again: a restarted process joins anew as
+      // a unit without replicas (its replicas live elsewhere now); anything
+      // else from it belongs to its old life and is refused.
+      if (c.body_type() != schema::ControlBody::Heartbeat) {
+        ++view.stale_messages;
+        return;
+      }
+      view.dead[i] = false;
+      view.rejoining[i] = true;
+      view.plan_sent[i] = false;
+      view.ready[i] = false;
+      view.done[i] = false;
+      view.detectors->rejoin(i, steady_now_ns());
+    }
     view.detectors->heartbeat(i, steady_now_ns());
     switch (c.body_type()) {
       case schema::ControlBody::Heartbeat:
@@ -951,6 +976,7 @@ struct Runtime::Impl {
   void watch_units() {
     const std::int64_t now = steady_now_ns();
     std::unique_lock<std::mutex> lock(cluster->mutex);
+    welcome_back(lock);
     const auto dead = cluster->detectors->declare_dead(now);
     if (dead.empty()) return;
     std::string who;
@@ -964,7 +990,7 @@ struct Runtime::Impl {
     }
     std::vector<bool> usable(local.size());
     for (std::size_t u = 0; u < usable.size(); ++u) {
-      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u]);
+      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u] && !cluster->rejoining[u]);
     }
     std::vector<bool> is_source;
     for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
@@ -1011,6 +1037,32 @@ struct Runtime::Impl {
     broadcast([&] { return runtime::plan_message(*run); });
     // Lost replicas never report; nothing else counts them as ended.
     if (!plan.lost.empty()) run->replica_finished(static_cast<int>(plan.lost.size()));
+  }
+
+  /// A unit heard again after it was declared dead gets the plan in force
+  /// (where none of its old replicas are any more) and, once it is Ready for
+  /// that epoch, Go: from then on failover may place replicas on it.
+  void welcome_back(std::unique_lock<std::mutex>& lock) {
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!cluster->rejoining[u]) continue;
+      const std::string& id = run->spec.units[u].id;
+      if (!cluster->plan_sent[u]) {
+        cluster->plan_sent[u] = true;
+        const std::uint32_t epoch = run->table()->epoch;
+        lock.unlock();
+        std::fprintf(stderr, "swarmflow: unit '%s' is back: it joins again without replicas (placement epoch %u)\n",
+                     id.c_str(), epoch);
+        control_server->send(id, runtime::plan_message(*run));
+        lock.lock();
+      } else if (cluster->ready[u]) {
+        cluster->rejoining[u] = false;
+        const std::uint32_t epoch = run->table()->epoch;
+        lock.unlock();
+        std::fprintf(stderr, "swarmflow: unit '%s' runs again: failover may place replicas on it\n", id.c_str());
+        control_server->send(id, runtime::simple_message<schema::Go>(schema::ControlBody::Go, epoch));
+        lock.lock();
+      }
+    }
   }
 
   /// Takes up a new placement in this process: hosts for the replicas placed
@@ -1366,6 +1418,13 @@ Status Runtime::wait() {
   if (m.waited) return m.result;
   // The failure watch ends the run (abort) if a unit process dies.
   m.run->wait_finished(-1);
+  // A unit process without replicas (one that joined again after it was
+  // declared dead, say) stays available to failover until the coordinator
+  // ends the run or is lost; replicas placed on it meanwhile are waited for.
+  while (!m.options.coordinator && !m.run->aborted() && m.run->replicas_total() == 0) {
+    if (m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; }, 100)) break;
+    m.run->wait_finished(-1);
+  }
   if (!m.options.coordinator) {
     // Hand this process's figures to the coordinator, then leave when it says
     // so, or when it is known to be gone, or after the leave timeout.

@@ -284,6 +284,81 @@ TEST(UnitProcesses, ASigkilledWorkUnitIsTakenOverAndNothingIsLostOrDuplicated) {
   EXPECT_EQ(sink["reordered"], 0) << sink.dump();
 }
 
+/// Waits until `path` contains `text`; false after `patience`.
+bool wait_for_text(const std::string& path, const std::string& text, std::chrono::seconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (slurp(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover) {
+  // A keyed work stage on u1 and u2. u1 is killed: both replicas run on u2.
+  // u1 is started again and rejoins without replicas. Then u2 is killed:
+  // both replicas go to u1. The endless source (not paced, so it waits for
+  // credit rather than dropping) is stopped at the end; the sink has every
+  // envelope the source sent, once and in order per stream.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "rejoin.yaml", "pipeline: rejoin\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
+                         dir.file("u2.sock") + "\"}\n"
+                         "stages:\n"
+                         "  - {id: source, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u0]}}\n"
+                         "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
+                         "     params: {service_us: 200}, placement: {units: [u1, u2], spread: true}}\n"
+                         "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n"
+                         "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
+                         "\", flush: true},\n     placement: {units: [u0]}}\n");
+  const std::string report = dir.file("rejoin.json");
+  const std::string clog = dir.file("c.err");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), clog);
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(clog);
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  ASSERT_TRUE(wait_for_text(clog, "placement epoch 2", kPatience)) << slurp(clog);
+  u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1b.out"), dir.file("u1b.err"));
+  ASSERT_TRUE(wait_for_text(clog, "unit 'u1' runs again", kPatience)) << slurp(clog) << slurp(dir.file("u1b.err"));
+  kill(u2, SIGKILL);
+  wait_exit(u2);
+  ASSERT_TRUE(wait_for_text(clog, "placement epoch 3", kPatience)) << slurp(clog);
+  // Let the work run on u1 for a moment, then end the run cleanly.
+  const std::size_t before = slurp(seen).size();
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(coordinator, SIGINT);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(clog);
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u1b.err"));
+  EXPECT_NE(wait_exit_within(u1, kPatience), -1) << slurp(dir.file("u1b.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+  ASSERT_EQ(r["failovers"].size(), 2U) << r["failovers"].dump();
+  EXPECT_EQ(r["failovers"][0]["unit"], "u1");
+  EXPECT_EQ(r["failovers"][1]["unit"], "u2");
+  for (const auto& m : r["failovers"][1]["moved"]) {
+    EXPECT_NE(m.get<std::string>().find("-> u1"), std::string::npos) << r["failovers"].dump();
+  }
+  // Everything the source sent reached the sink once, in order per stream.
+  std::uint64_t sent = 0;
+  for (const auto& e : r["edges"]) {
+    if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
+  }
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_GT(sent, 0U);
+  EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+}
+
 TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
   // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
   // envelope, and the source waits for its credit, so nothing is dropped);
