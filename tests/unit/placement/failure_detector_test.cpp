@@ -262,5 +262,30 @@ TEST(FailureDetectors, ARetiredUnitMayGoQuiet) {
   EXPECT_FALSE(units.dead(0));
 }
 
+TEST(FailureDetectors, AUnitThatRejoinsIsWatchedAfreshAndCanBeDeclaredDeadAgain) {
+  FailureDetectors units{config::FailureDecl{}, 1};
+  std::int64_t t = kMs;
+  // A long history at 25 ms, then silence: declared dead.
+  for (int i = 0; i < 200; ++i, t += 25 * kMs) units.heartbeat(0, t);
+  t += 1000 * kMs;
+  ASSERT_EQ(units.declare_dead(t).size(), 1U);
+  // Started again: beats every 40 ms now. The old history is gone, so a
+  // 40 ms beat is not taken for a late 25 ms one, and it is not dead.
+  units.rejoin(0, t);
+  EXPECT_FALSE(units.dead(0));
+  for (int i = 0; i < 400; ++i) {
+    t += 40 * kMs;
+    units.heartbeat(0, t);
+    ASSERT_TRUE(units.declare_dead(t).empty()) << "beat " << i;
+  }
+  // And when it stops again, it is declared dead again, once.
+  std::vector<DeadUnit> dead;
+  const std::int64_t last = t;
+  for (t += kMs; dead.empty() && t < last + 2000 * kMs; t += kMs) dead = units.declare_dead(t);
+  ASSERT_EQ(dead.size(), 1U);
+  EXPECT_LT(dead[0].silent_ns, 400 * kMs);
+  EXPECT_TRUE(units.declare_dead(t + 5000 * kMs).empty());
+}
+
 }  // namespace
 }  // namespace swarmflow::placement
