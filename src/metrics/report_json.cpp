@@ -105,6 +105,7 @@ std::string RunReport::to_json() const {
   j["units"] = std::move(units_j);
   Json coordinator_j = Json::object();
   coordinator_j["refused_handshakes"] = coordinator.refused_handshakes;
+  coordinator_j["stale_refused"] = coordinator.stale_refused;
   j["coordinator"] = std::move(coordinator_j);
   Json failovers_j = Json::array();
   for (const FailoverReport& f : failovers) {

@@ -65,6 +65,9 @@ struct RunState {
   std::vector<std::vector<std::vector<Runtime::Subscriber>>> subscribers;
 
   std::atomic<bool> stop_requested{false};
+  /// Envelopes and marks refused because their sender no longer hosts the
+  /// producer they name (a unit fenced after a failover).
+  std::atomic<std::uint64_t> stale_refused{0};
 
   /// Records a unit's load report (its own, or one received from it).
   void record_load(int unit, double utilisation);
@@ -83,6 +86,9 @@ struct RunState {
   /// Replicas placed here after the start (failover): the run also waits for them.
   void adopt_replicas(int count);
   int replicas_total() const;
+  /// This unit's replicas were fenced (placed elsewhere while it was paused):
+  /// the run now waits for `total` replicas, none finished.
+  void reset_replicas(int total);
   /// Ends the run now with an error (a unit died, the coordinator is gone):
   /// waiters wake although replicas have not finished.
   void abort(const std::string& message);

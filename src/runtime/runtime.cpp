@@ -44,6 +44,12 @@ std::vector<FailoverReport> RunState::failovers() const {
   return failovers_;
 }
 
+void RunState::reset_replicas(int total) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  total_replicas = total;
+  finished_ = 0;
+}
+
 int RunState::replicas_total() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return total_replicas;
@@ -232,20 +238,30 @@ class InboundBatcher {
     RunState* run = held_.get();
     if (run == nullptr) return;
     if (!early_.empty() && table_->epoch > early_epoch_) retry_early();
+    if (in.destination.epoch > table_->epoch) {
+      // Sent under a newer placement than this unit has taken up yet (after
+      // a failover): kept until it has, so that its hosts know the new
+      // incarnations before they hear from them.
+      if (early_.size() < kMaxEarly) {
+        early_epoch_ = table_->epoch;
+        early_.push_back(std::move(in));
+      }
+      return;
+    }
     const auto node = static_cast<std::size_t>(in.destination.node);
     const auto replica = static_cast<std::size_t>(in.destination.replica);
     if (node >= table_->unit_of.size() || replica >= table_->unit_of[node].size()) return;
     const caf::actor target = table_->actor(static_cast<int>(node), static_cast<int>(replica));
     if (table_->unit_of[node][replica] != unit_ || !target) {
-      // Sent under a newer placement than this unit has taken up yet (a
-      // replica placed here by a failover): kept until the table arrives.
-      if (in.destination.epoch > table_->epoch && early_.size() < kMaxEarly) {
-        early_epoch_ = table_->epoch;
-        early_.push_back(std::move(in));
-      }
-      return;  // else not hosted here; the transport counted it as received
+      return;  // not hosted here; the transport counted it as received
     }
     const auto& h = in.header;
+    if (in.sender >= 0 && in.destination.kind != transport::FrameKind::ack && !from_its_producer(*run, in)) {
+      // From a unit that no longer hosts the producer (fenced, or late):
+      // its work is its replacement's now.
+      run->stale_refused.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     switch (in.destination.kind) {
       case transport::FrameKind::deliver: {
         // Refused for its payload: acknowledged only for the unit that really
@@ -298,6 +314,16 @@ class InboundBatcher {
     std::uint32_t from;
     std::vector<Envelope> envelopes;
   };
+
+  /// The sending unit hosts the producer replica the message names, by the
+  /// table in force.
+  bool from_its_producer(const RunState& run, const transport::Inbound& in) const {
+    const auto edge = static_cast<std::size_t>(in.header.edge);
+    if (edge >= run.graph.edges.size()) return false;
+    const auto& producers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].from_node)];
+    const auto from = static_cast<std::size_t>(in.header.from_replica);
+    return from < producers.size() && producers[from] == in.sender;
+  }
 
   bool sent_by_producer(const RunState& run, const transport::Inbound& in) const {
     const auto edge = static_cast<std::size_t>(in.header.edge);
@@ -552,6 +578,11 @@ struct Runtime::Impl {
   RunReport report_now() const {
     RunReport r = runtime::build_report(*run);
     if (control_server) r.coordinator.refused_handshakes = control_server->refused_handshakes();
+    r.coordinator.stale_refused = run->stale_refused.load(std::memory_order_relaxed);
+    if (cluster) {
+      std::lock_guard<std::mutex> lock(cluster->mutex);
+      r.coordinator.stale_refused += cluster->stale_messages;
+    }
     return r;
   }
   std::shared_ptr<runtime::ClusterView> cluster;
@@ -1079,6 +1110,7 @@ struct Runtime::Impl {
     table->actors = before->actors;
     table->actors.resize(run->graph.nodes.size());
     std::vector<caf::actor> fresh;
+    std::vector<caf::actor> fenced;  ///< hosts of replicas that live elsewhere now
     for (const auto& node : run->graph.nodes) {
       auto& actors = table->actors[static_cast<std::size_t>(node.index)];
       actors.resize(static_cast<std::size_t>(node.decl->replicas));
@@ -1086,6 +1118,7 @@ struct Runtime::Impl {
         const int u = placed->unit(node.index, r);
         const bool here = u != runtime::kLostUnit && local[static_cast<std::size_t>(u)];
         if (!here) {
+          if (actors[static_cast<std::size_t>(r)]) fenced.push_back(actors[static_cast<std::size_t>(r)]);
           actors[static_cast<std::size_t>(r)] = caf::actor();
         } else if (before->unit(node.index, r) != u) {
           actors[static_cast<std::size_t>(r)] =
@@ -1094,7 +1127,17 @@ struct Runtime::Impl {
         }
       }
     }
-    if (!options.coordinator && !fresh.empty()) run->adopt_replicas(static_cast<int>(fresh.size()));
+    if (!fenced.empty()) {
+      // This unit was declared dead while it was only paused, and its
+      // replicas were placed elsewhere: they stop here, unfinished, and the
+      // unit goes on as one without them (their work is their new hosts').
+      std::fprintf(stderr, "swarmflow: %s: fenced at placement epoch %u: %zu replica%s now run elsewhere; stopped here\n",
+                   local_unit_names().c_str(), epoch, fenced.size(), fenced.size() == 1 ? "" : "s");
+      for (const auto& a : fenced) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      if (!options.coordinator) run->reset_replicas(static_cast<int>(fresh.size()));
+    } else if (!options.coordinator && !fresh.empty()) {
+      run->adopt_replicas(static_cast<int>(fresh.size()));
+    }
     std::shared_ptr<const runtime::RoutingTable> published = table;
     run->publish(published);
     for (std::size_t u = 0; u < local.size(); ++u) {

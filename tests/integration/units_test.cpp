@@ -359,6 +359,63 @@ TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover)
   EXPECT_EQ(sink["reordered"], 0) << sink.dump();
 }
 
+TEST(UnitProcesses, AUnitPausedPastTheDetectorIsFencedWhenItComesBack) {
+  // A keyed work stage on u1 and u2. u1 is stopped (SIGSTOP) long enough to
+  // be declared dead: its replica runs on u2. Then u1 is continued: what it
+  // still sends is refused, it learns it was fenced, stops its replica and
+  // rejoins without it. Nothing is processed twice.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "pause.yaml", "pipeline: pause\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+                        "\"}\n"
+                        "stages:\n"
+                        "  - {id: source, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u0]}}\n"
+                        "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
+                        "     params: {service_us: 200}, placement: {units: [u1, u2], spread: true}}\n"
+                        "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n"
+                        "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
+                        "\", flush: true},\n     placement: {units: [u0]}}\n");
+  const std::string report = dir.file("pause.json");
+  const std::string clog = dir.file("c.err");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), clog);
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(clog);
+  kill(u1, SIGSTOP);
+  ASSERT_TRUE(wait_for_text(clog, "placement epoch 2", kPatience)) << slurp(clog);
+  kill(u1, SIGCONT);
+  ASSERT_TRUE(wait_for_text(dir.file("u1.err"), "fenced at placement epoch 2", kPatience))
+      << slurp(clog) << slurp(dir.file("u1.err"));
+  ASSERT_TRUE(wait_for_text(clog, "unit 'u1' runs again", kPatience)) << slurp(clog);
+  const std::size_t before = slurp(seen).size();
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(coordinator, SIGINT);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(clog);
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u1.err"));
+  EXPECT_NE(wait_exit_within(u1, kPatience), -1) << slurp(dir.file("u1.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+  ASSERT_EQ(r["failovers"].size(), 1U) << r["failovers"].dump();
+  std::uint64_t sent = 0;
+  for (const auto& e : r["edges"]) {
+    if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
+  }
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  std::printf("[   info   ] refused from the fenced unit: %llu\n",
+              static_cast<unsigned long long>(r["coordinator"]["stale_refused"].get<std::uint64_t>()));
+}
+
 TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
   // The whole pipeline runs on u1 (for some 1.5 s: the sink takes 1 ms an
   // envelope, and the source waits for its credit, so nothing is dropped);
