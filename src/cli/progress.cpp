@@ -165,6 +165,26 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                   "    several replicas and finish out of order. Use `key: stream` to keep each stream's order.\n",
                   s.id.c_str(), stages.c_str(), parallel.size() == 1 ? "has" : "have");
   }
+  if (!r.failovers.empty()) {
+    std::uint64_t replayed = 0;
+    for (const auto& e : r.edges) replayed += e.replayed;
+    std::int64_t duplicates = 0;
+    for (const auto& s : r.stages) {
+      auto it = s.counters.find("duplicates_dropped");
+      if (it != s.counters.end()) duplicates += it->second;
+    }
+    out += format("\n  failovers: %zu; envelopes replayed %" PRIu64 ", duplicates dropped %" PRId64 "\n",
+                  r.failovers.size(), replayed, duplicates);
+    for (const auto& f : r.failovers) {
+      std::string moved;
+      for (const auto& m : f.moved) moved += (moved.empty() ? "" : ", ") + m;
+      std::string lost;
+      for (const auto& l : f.lost) lost += (lost.empty() ? "" : ", ") + l;
+      out += format("  %8.2f s  unit %s dead (silent %" PRId64 " ms), epoch %u: %s%s%s\n", f.detected_s,
+                    f.unit.c_str(), f.silent_ms, f.epoch, moved.empty() ? "nothing moved" : moved.c_str(),
+                    lost.empty() ? "" : "; lost with it (what they had not sent): ", lost.c_str());
+    }
+  }
   return out;
 }
 

@@ -65,4 +65,24 @@ TEST(Summary, AnUnkeyedSinkWithSeveralReplicasIsNamed) {
   EXPECT_EQ(keyed.find("without a key"), std::string::npos) << keyed;
 }
 
+TEST(Summary, EachFailoverIsListedWithWhatMovedWhatWasLostAndTheReplays) {
+  swarmflow::RunReport r = run(2, 0);
+  EXPECT_EQ(swarmflow::cli::summary_table(r).find("failovers"), std::string::npos);
+  r.edges[0].replayed = 12;
+  r.stages[2].counters["duplicates_dropped"] = 5;
+  swarmflow::FailoverReport f;
+  f.unit = "u1";
+  f.detected_s = 3.5;
+  f.silent_ms = 251;
+  f.epoch = 2;
+  f.moved = {"work/0 -> u2"};
+  f.lost = {"source/1"};
+  r.failovers.push_back(f);
+  const std::string text = swarmflow::cli::summary_table(r);
+  EXPECT_NE(text.find("failovers: 1; envelopes replayed 12, duplicates dropped 5"), std::string::npos) << text;
+  EXPECT_NE(text.find("3.50 s  unit u1 dead (silent 251 ms), epoch 2: work/0 -> u2; lost with it"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("source/1"), std::string::npos) << text;
+}
+
 }  // namespace
