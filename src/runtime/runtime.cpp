@@ -549,6 +549,11 @@ transport::ControlBuffer simple_message(schema::ControlBody type, std::uint32_t 
 
 // -- Runtime ------------------------------------------------------------------
 
+namespace {
+/// How often a coordinator that waits for units to join says whom it waits for.
+constexpr std::int64_t kJoinLogEveryMs = 3000;
+}  // namespace
+
 Status write_key_pair(const std::string& path, bool overwrite) {
   if (!transport::curve_available()) {
     return Status::error("this libzmq has no CURVE support", StatusCode::unavailable);
@@ -1369,8 +1374,28 @@ Status Runtime::start() {
 
   if (m.distributed && m.options.coordinator) {
     // Units join with their first heartbeat; then every unit gets the plan.
-    const bool joined = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined) || !v.lost.empty(); },
-                                       m.options.join_timeout_ms);
+    // Every few seconds it says whom it is still waiting for.
+    bool joined = false;
+    const auto join_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(m.options.join_timeout_ms);
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      joined = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined) || !v.lost.empty(); },
+                              static_cast<int>(std::min<std::int64_t>(left.count(), kJoinLogEveryMs)));
+      if (joined) break;
+      std::string missing;
+      {
+        std::lock_guard<std::mutex> lock(m.cluster->mutex);
+        missing = m.cluster->missing(m.cluster->joined, m.run->spec);
+      }
+      const auto still =
+          std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
+      if (still.count() >= 500) {
+        std::fprintf(stderr, "swarmflow: coordinator at %s: waiting for %s to join (%lld s left)\n",
+                     m.run->spec.coordinator.c_str(), missing.c_str(),
+                     static_cast<long long>((still.count() + 999) / 1000));
+      }
+    }
     if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
     if (!joined) {
       std::lock_guard<std::mutex> lock(m.cluster->mutex);

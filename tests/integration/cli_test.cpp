@@ -328,4 +328,19 @@ TEST(Cli, BashCompletionIsValidBashAndCompletesCommandsFlagsTypesAndPipelines) {
   EXPECT_NE(other.err.find("bash"), std::string::npos) << other.err;
 }
 
+TEST(Cli, ACoordinatorWaitingForUnitsSaysWhomItWaitsFor) {
+  TempDir dir;
+  const std::string yaml = dir.write("wait.yaml", "pipeline: wait\ncoordinator: \"ipc://" + dir.file("c.sock") +
+                                                      "\"\nunits:\n"
+                                                      "  - {id: u0, endpoint: \"ipc://" + dir.file("u0.sock") + "\"}\n"
+                                                      "  - {id: u1, endpoint: \"ipc://" + dir.file("u1.sock") + "\"}\n"
+                                                      "stages:\n"
+                                                      "  - {id: s, type: sim.source, placement: {units: [u0]}}\n"
+                                                      "  - {id: k, type: sim.sink, inputs: {in: s/out}, placement: {units: [u1]}}\n");
+  Result r = run_cli(dir, {"run", yaml, "--units", "u0", "--join-timeout-ms", "4000"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("waiting for u1 to join"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("units did not join within 4000 ms: u1"), std::string::npos) << r.err;
+}
+
 }  // namespace
