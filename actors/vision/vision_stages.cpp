@@ -211,6 +211,7 @@ void Annotate::setup(StageSpec& s) {
   s.param(thickness_, "thickness", "line thickness in pixels", 2, {1.0, 20.0});
   s.param(font_scale_, "font_scale", "label size", 0.6, {0.1, 5.0});
   s.param(camera_, "camera", "only frames of this camera id go on; empty = all", "");
+  s.require_join();  // a frame and its results in one step
 }
 
 Status Annotate::process(Inputs& in, Outputs& out, StageContext&) {

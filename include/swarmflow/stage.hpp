@@ -80,6 +80,12 @@ class StageSpec {
   /// delivered flagged as partial.
   void drop_partial_joins() { drop_partial_joins_ = true; }
   bool drops_partial_joins() const { return drop_partial_joins_; }
+  /// For a stage that needs its inputs together in one step (a frame and
+  /// what to draw on it): a pipeline that connects two or more of its inputs
+  /// without `join:` is refused when it is loaded, since each step would see
+  /// one input alone.
+  void require_join() { require_join_ = true; }
+  bool requires_join() const { return require_join_; }
 
   /// Declares an output port carrying root table T.
   template <class T>
@@ -120,6 +126,7 @@ class StageSpec {
   std::vector<ParamInfo> params_;
   std::vector<void*> fields_;
   bool drop_partial_joins_ = false;
+  bool require_join_ = false;
 };
 
 /// The input of one step. Usually one envelope and the port it came on; for

@@ -178,7 +178,9 @@ std::string example_yaml(const CatalogueEntry& entry) {
     const std::string line = p.name + ": " + example_producer(spec, p) + "/out";
     out += p.optional ? "    #  " + line + "   # optional\n" : "      " + line + "\n";
   }
-  if (spec.inputs().size() >= 2) {
+  if (spec.requires_join()) {
+    out += std::string("    ") + kExampleJoin + "   # needed: one envelope per input as a set (seq or part_id)\n";
+  } else if (spec.inputs().size() >= 2) {
     out += std::string("    # ") + kExampleJoin + "   # one envelope per input as a set (seq or part_id)\n";
   }
   if (!spec.params().empty()) out += "    params:\n";

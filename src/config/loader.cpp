@@ -672,6 +672,12 @@ class Loader {
       if (auto feedback = read_boolean(*e, "'feedback' of " + what)) decl.feedback = *feedback;
     }
     if (const Entry* e = entries->find("placement")) read_stage_placement(*e, decl, what);
+    if (facts.type_known && facts.ports->requires_join() && !decl.join.enabled && facts.named_inputs.size() >= 2) {
+      report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
+             what + " needs its inputs together in one step, but without `join:` it would see each alone (and do "
+                    "nothing)",
+             "add `join: {key: seq}` (or `key: part_id` when its inputs come from different cameras of one part)");
+    }
     spec_.stages.push_back(std::move(decl));
     facts_.push_back(std::move(facts));
   }

@@ -83,6 +83,21 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+/// Needs both inputs in one step (as vision.annotate does).
+class NeedsJoin final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    a_ = s.input<schema::Blob>("a", "first");
+    b_ = s.input<schema::Blob>("b", "second");
+    s.require_join();
+  }
+  Status process(Inputs&, Outputs&, StageContext&) override { return {}; }
+
+ private:
+  InputPort<schema::Blob> a_;
+  InputPort<schema::Blob> b_;
+};
+
 // -- fixture ---
 
 class LoaderTest : public ::testing::Test {
@@ -92,6 +107,7 @@ class LoaderTest : public ::testing::Test {
     registry_.add<FrameSink>("test.frame_sink", "takes frames");
     registry_.add<AnySink>("test.any_sink", "takes anything");
     registry_.add<Join>("test.join", "joins two inputs");
+    registry_.add<NeedsJoin>("test.needs_join", "needs its inputs joined");
     registry_.add<Tunable>("test.tunable", "has every kind of parameter");
   }
 
@@ -1114,6 +1130,27 @@ stages:
   EXPECT_AT(d, 7, 33);
   EXPECT_EQ(d.message, "input 'in' of stage 'sink' lists producer 'a/out' twice");
   EXPECT_TRUE(contains(d.hint, "line 7, column 19")) << d.to_string();
+}
+
+TEST_F(LoaderTest, AStageThatNeedsItsInputsJoinedIsRefusedWithoutJoin) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: a, type: sim.source}
+  - {id: b, type: sim.source}
+  - id: draw
+    type: test.needs_join
+    inputs: {a: a/out, b: b/out}
+)");
+  EXPECT_AT(d, 7, 5);
+  EXPECT_TRUE(contains(d.message, "stage 'draw' needs its inputs together in one step")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "add `join: {key: seq}`")) << d.to_string();
+  auto joined = load(R"(pipeline: t
+stages:
+  - {id: a, type: sim.source}
+  - {id: b, type: sim.source}
+  - {id: draw, type: test.needs_join, inputs: {a: a/out, b: b/out}, join: {key: seq}}
+)");
+  EXPECT_TRUE(joined.has_value()) << format_diagnostics(diagnostics_);
 }
 
 TEST_F(LoaderTest, OneProducerMayFeedTwoInputsOfAStage) {
