@@ -294,17 +294,23 @@ bool wait_for_text(const std::string& path, const std::string& text, std::chrono
   return false;
 }
 
-TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover) {
-  // A keyed work stage on u1 and u2. u1 is killed: both replicas run on u2.
-  // u1 is started again and rejoins without replicas. Then u2 is killed:
-  // both replicas go to u1. The endless source (not paced, so it waits for
-  // credit rather than dropping) is stopped at the end; the sink has every
-  // envelope the source sent, once and in order per stream.
+/// u0 (the coordinator's process: an endless source that waits for credit,
+/// a sink and a jsonl trace) and a keyed work stage with a replica on each of
+/// the unit processes u1 and u2, on ipc.
+struct KeyedWorkCluster {
   TempDir dir;
-  const std::string seen = dir.file("seen.jsonl");
-  const std::string file = dir.write(
-      "rejoin.yaml", "pipeline: rejoin\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
-                         dir.file("u2.sock") + "\"}\n"
+  std::string seen = dir.file("seen.jsonl");
+  std::string file;
+  std::string report = dir.file("report.json");
+  std::string clog = dir.file("c.err");
+  pid_t u1 = -1;
+  pid_t u2 = -1;
+  pid_t coordinator = -1;
+
+  KeyedWorkCluster() {
+    file = dir.write("cluster.yaml",
+                     "pipeline: cluster\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+                         "\"}\n"
                          "stages:\n"
                          "  - {id: source, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u0]}}\n"
                          "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
@@ -312,106 +318,103 @@ TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover)
                          "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n"
                          "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
                          "\", flush: true},\n     placement: {units: [u0]}}\n");
-  const std::string report = dir.file("rejoin.json");
-  const std::string clog = dir.file("c.err");
-  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
-  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
-  pid_t coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), clog);
-  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(clog);
-  kill(u1, SIGKILL);
-  wait_exit(u1);
-  ASSERT_TRUE(wait_for_text(clog, "placement epoch 2", kPatience)) << slurp(clog);
-  u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1b.out"), dir.file("u1b.err"));
-  ASSERT_TRUE(wait_for_text(clog, "unit 'u1' runs again", kPatience)) << slurp(clog) << slurp(dir.file("u1b.err"));
-  kill(u2, SIGKILL);
-  wait_exit(u2);
-  ASSERT_TRUE(wait_for_text(clog, "placement epoch 3", kPatience)) << slurp(clog);
-  // Let the work run on u1 for a moment, then end the run cleanly.
-  const std::size_t before = slurp(seen).size();
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    u1 = start_unit("u1", "u1");
+    u2 = start_unit("u2", "u2");
+    coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), clog);
   }
-  kill(coordinator, SIGINT);
-  const int rc = wait_exit_within(coordinator, kPatience);
-  const std::string err = slurp(clog);
-  ASSERT_NE(rc, -1) << err;
-  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u1b.err"));
-  EXPECT_NE(wait_exit_within(u1, kPatience), -1) << slurp(dir.file("u1b.err"));
-  const auto r = nlohmann::json::parse(slurp(report));
-  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
-  ASSERT_EQ(r["failovers"].size(), 2U) << r["failovers"].dump();
+
+  ~KeyedWorkCluster() {
+    // A test that stopped early leaves nothing running.
+    for (pid_t p : {u1, u2, coordinator}) {
+      if (p > 0) wait_exit_within(p, std::chrono::milliseconds(0));
+    }
+  }
+
+  /// Starts unit `id` with its output in `name`.out / `name`.err.
+  pid_t start_unit(const std::string& id, const std::string& name) {
+    return spawn_cli({"unit", file, "--id", id}, dir.file(name + ".out"), dir.file(name + ".err"));
+  }
+
+  /// Lets the sink see some more, then stops the source (SIGINT to the
+  /// coordinator) and checks the run: exit 0, ok, `failovers` of them, and
+  /// every envelope the source sent received once and in order per stream.
+  nlohmann::json finish_and_check(std::size_t failovers) {
+    const std::size_t before = slurp(seen).size();
+    const auto deadline = std::chrono::steady_clock::now() + kPatience;
+    while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(coordinator, SIGINT);
+    const int rc = wait_exit_within(coordinator, kPatience);
+    coordinator = -1;
+    const std::string err = slurp(clog);
+    EXPECT_NE(rc, -1) << err;
+    EXPECT_EQ(rc, 0) << err;
+    for (pid_t* unit : {&u1, &u2}) {
+      if (*unit > 0) {
+        EXPECT_NE(wait_exit_within(*unit, kPatience), -1);
+      }
+      *unit = -1;
+    }
+    auto r = nlohmann::json::parse(slurp(report), nullptr, false);
+    if (!r.is_object()) {
+      ADD_FAILURE() << "no report: " << err;
+      return r;
+    }
+    EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+    EXPECT_EQ(r["failovers"].size(), failovers) << r["failovers"].dump();
+    std::uint64_t sent = 0;
+    for (const auto& e : r["edges"]) {
+      if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
+    }
+    const auto& sink = r["sinks"]["sink"];
+    EXPECT_GT(sent, 0U);
+    EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
+    EXPECT_EQ(sink["lost"], 0) << sink.dump();
+    EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+    EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+    return r;
+  }
+};
+
+TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover) {
+  // u1 is killed: both replicas run on u2. u1 is started again and rejoins
+  // without replicas. Then u2 is killed: both replicas go to u1.
+  KeyedWorkCluster c;
+  ASSERT_TRUE(wait_for_content(c.seen, kPatience)) << slurp(c.clog);
+  kill(c.u1, SIGKILL);
+  wait_exit(c.u1);
+  ASSERT_TRUE(wait_for_text(c.clog, "placement epoch 2", kPatience)) << slurp(c.clog);
+  c.u1 = c.start_unit("u1", "u1b");
+  ASSERT_TRUE(wait_for_text(c.clog, "unit 'u1' runs again", kPatience)) << slurp(c.clog) << slurp(c.dir.file("u1b.err"));
+  kill(c.u2, SIGKILL);
+  wait_exit(c.u2);
+  c.u2 = -1;
+  ASSERT_TRUE(wait_for_text(c.clog, "placement epoch 3", kPatience)) << slurp(c.clog);
+  const auto r = c.finish_and_check(2);
+  ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["failovers"][0]["unit"], "u1");
   EXPECT_EQ(r["failovers"][1]["unit"], "u2");
   for (const auto& m : r["failovers"][1]["moved"]) {
     EXPECT_NE(m.get<std::string>().find("-> u1"), std::string::npos) << r["failovers"].dump();
   }
-  // Everything the source sent reached the sink once, in order per stream.
-  std::uint64_t sent = 0;
-  for (const auto& e : r["edges"]) {
-    if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
-  }
-  const auto& sink = r["sinks"]["sink"];
-  EXPECT_GT(sent, 0U);
-  EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
-  EXPECT_EQ(sink["lost"], 0) << sink.dump();
-  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
-  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
 }
 
 TEST(UnitProcesses, AUnitPausedPastTheDetectorIsFencedWhenItComesBack) {
-  // A keyed work stage on u1 and u2. u1 is stopped (SIGSTOP) long enough to
-  // be declared dead: its replica runs on u2. Then u1 is continued: what it
-  // still sends is refused, it learns it was fenced, stops its replica and
-  // rejoins without it. Nothing is processed twice.
-  TempDir dir;
-  const std::string seen = dir.file("seen.jsonl");
-  const std::string file = dir.write(
-      "pause.yaml", "pipeline: pause\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
-                        "\"}\n"
-                        "stages:\n"
-                        "  - {id: source, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u0]}}\n"
-                        "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
-                        "     params: {service_us: 200}, placement: {units: [u1, u2], spread: true}}\n"
-                        "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n"
-                        "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
-                        "\", flush: true},\n     placement: {units: [u0]}}\n");
-  const std::string report = dir.file("pause.json");
-  const std::string clog = dir.file("c.err");
-  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
-  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
-  pid_t coordinator = spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), clog);
-  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(clog);
-  kill(u1, SIGSTOP);
-  ASSERT_TRUE(wait_for_text(clog, "placement epoch 2", kPatience)) << slurp(clog);
-  kill(u1, SIGCONT);
-  ASSERT_TRUE(wait_for_text(dir.file("u1.err"), "fenced at placement epoch 2", kPatience))
-      << slurp(clog) << slurp(dir.file("u1.err"));
-  ASSERT_TRUE(wait_for_text(clog, "unit 'u1' runs again", kPatience)) << slurp(clog);
-  const std::size_t before = slurp(seen).size();
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(coordinator, SIGINT);
-  const int rc = wait_exit_within(coordinator, kPatience);
-  const std::string err = slurp(clog);
-  ASSERT_NE(rc, -1) << err;
-  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u1.err"));
-  EXPECT_NE(wait_exit_within(u1, kPatience), -1) << slurp(dir.file("u1.err"));
-  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
-  const auto r = nlohmann::json::parse(slurp(report));
-  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
-  ASSERT_EQ(r["failovers"].size(), 1U) << r["failovers"].dump();
-  std::uint64_t sent = 0;
-  for (const auto& e : r["edges"]) {
-    if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
-  }
-  const auto& sink = r["sinks"]["sink"];
-  EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
-  EXPECT_EQ(sink["lost"], 0) << sink.dump();
-  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
-  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  // u1 is stopped (SIGSTOP) long enough to be declared dead: its replica
+  // runs on u2. Then u1 is continued: what it still sends is refused, it
+  // learns it was fenced, stops its replica and rejoins without it. Nothing
+  // is processed twice.
+  KeyedWorkCluster c;
+  ASSERT_TRUE(wait_for_content(c.seen, kPatience)) << slurp(c.clog);
+  kill(c.u1, SIGSTOP);
+  ASSERT_TRUE(wait_for_text(c.clog, "placement epoch 2", kPatience)) << slurp(c.clog);
+  kill(c.u1, SIGCONT);
+  ASSERT_TRUE(wait_for_text(c.dir.file("u1.err"), "fenced at placement epoch 2", kPatience))
+      << slurp(c.clog) << slurp(c.dir.file("u1.err"));
+  ASSERT_TRUE(wait_for_text(c.clog, "unit 'u1' runs again", kPatience)) << slurp(c.clog);
+  const auto r = c.finish_and_check(1);
+  ASSERT_TRUE(r.is_object());
   std::printf("[   info   ] refused from the fenced unit: %llu\n",
               static_cast<unsigned long long>(r["coordinator"]["stale_refused"].get<std::uint64_t>()));
 }
