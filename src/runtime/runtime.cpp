@@ -48,6 +48,7 @@ void RunState::reset_replicas(int total) {
   std::lock_guard<std::mutex> lock(mutex_);
   total_replicas = total;
   finished_ = 0;
+  cv_.notify_all();
 }
 
 int RunState::replicas_total() const {
@@ -58,6 +59,7 @@ int RunState::replicas_total() const {
 void RunState::adopt_replicas(int count) {
   std::lock_guard<std::mutex> lock(mutex_);
   total_replicas += count;
+  cv_.notify_all();
 }
 
 void RunState::abort(const std::string& message) {
@@ -245,6 +247,9 @@ class InboundBatcher {
       if (early_.size() < kMaxEarly) {
         early_epoch_ = table_->epoch;
         early_.push_back(std::move(in));
+      } else {
+        run->abort("more than " + std::to_string(kMaxEarly) +
+                   " messages arrived for a placement this unit has not taken up");
       }
       return;
     }
@@ -1144,16 +1149,18 @@ struct Runtime::Impl {
       run->adopt_replicas(static_cast<int>(fresh.size()));
     }
     std::shared_ptr<const runtime::RoutingTable> published = table;
-    run->publish(published);
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
-    }
+    // The hosts hear of the change before the transport delivers anything of
+    // the new epoch (it holds such messages until the table is published).
     for (const auto& actors : table->actors) {
       for (const auto& a : actors) {
         if (a && std::find(fresh.begin(), fresh.end(), a) == fresh.end()) {
           caf::anon_send(a, runtime::placement_atom::value, published);
         }
       }
+    }
+    run->publish(published);
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
     }
     for (const auto& a : fresh) runtime::send_start(a);
   }
@@ -1267,7 +1274,7 @@ struct Runtime::Impl {
       }
     }
     run->publish(std::move(table));
-    if (!options.coordinator) run->total_replicas = here;
+    if (!options.coordinator) run->reset_replicas(here);
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
       unit_actors.push_back(systems[u]->spawn(runtime::unit_actor, run, static_cast<int>(u),
@@ -1496,13 +1503,27 @@ Status Runtime::wait() {
   if (!m.options.coordinator) {
     // Hand this process's figures to the coordinator, then leave when it says
     // so, or when it is known to be gone, or after the leave timeout.
-    if (!m.run->aborted()) {
+    // A failover while it waits (a newer epoch taken up) may place replicas
+    // here, and makes the coordinator ignore a UnitDone of the old epoch:
+    // then it waits for those replicas and says it again.
+    while (!m.run->aborted()) {
+      const std::uint32_t epoch = m.run->table()->epoch;
       for (std::size_t u = 0; u < m.local.size(); ++u) {
         if (m.local[u]) m.run->transports[u]->send_control(runtime::encode_unit_done(*m.run, static_cast<int>(u)));
       }
-      m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; },
-                       m.options.leave_timeout_ms);
-    } else if (m.unit_side_shutdown_first()) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(m.options.leave_timeout_ms);
+      bool replanned = false;
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; }, 50)) break;
+        if (m.run->table()->epoch != epoch) {
+          replanned = true;
+          break;
+        }
+      }
+      if (!replanned) break;
+      m.run->wait_finished(-1);
+    }
+    if (m.run->aborted() && m.unit_side_shutdown_first()) {
       // The coordinator ended the run (a unit died): its report still gets
       // this unit's figures so far.
       for (std::size_t u = 0; u < m.local.size(); ++u) {
@@ -1525,7 +1546,8 @@ Status Runtime::wait() {
   }
   m.stop_failure_watch();
   m.final_report = m.report_now();
-  if (m.run->aborted()) m.kill_local_hosts();
+  // Hosts stay after their replica has left (for a failover); stop them all.
+  m.kill_local_hosts();
   m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
   m.stop_transports();

@@ -69,9 +69,15 @@ class StageHost final : public ReplicaEffects {
     return {
         [this](start_atom) {
           // The table published once every host of its epoch was spawned,
-          // which names their actors.
-          if (auto table = run_->table(); table->epoch >= table_->epoch) table_ = std::move(table);
+          // which names their actors; a newer one (a failover meanwhile) is
+          // taken up as a placement change once the stage runs.
+          auto table = run_->table();
+          PlacementChange change;
+          const bool newer = table->epoch > table_->epoch;
+          if (newer) change = placement_change(*table_, *table);
+          if (table->epoch >= table_->epoch) table_ = std::move(table);
           core_.start();
+          if (newer) core_.placement_changed(change);
           flush_outbox();
         },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, Envelope& e) {
@@ -149,9 +155,12 @@ class StageHost final : public ReplicaEffects {
   }
 
   void finished() override {
+    // The replica has left, but its host stays until the run is torn down:
+    // a producer placed anew after a failover may still send it what it had
+    // (acknowledged at once), or a consumer placed anew need its end of
+    // stream again.
     flush_outbox();
     run_->replica_finished();
-    self_->quit();
   }
 
   void failed(const std::string& message) override {
