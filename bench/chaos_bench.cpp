@@ -39,9 +39,8 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "bench_args.hpp"
+#include "bench_process.hpp"
 #include "runtime/routing.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -73,24 +72,7 @@ bool parse(int argc, char** argv, Options& o) {
 }
 
 pid_t spawn_unit(const Options& o, const std::string& file, const std::string& id, const std::string& err) {
-  std::vector<std::string> args = {o.cli, "unit", file, "--id", id};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-void reap(pid_t pid) {
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  return swarmflow::bench::spawn_process({o.cli, "unit", file, "--id", id}, err);
 }
 
 double percentile_ms(std::vector<std::int64_t> v, double q) {
@@ -167,7 +149,7 @@ int main(int argc, char** argv) {
   if (swarmflow::Status s = rt.start(); !s.ok()) {
     std::fprintf(stderr, "start: %s\n", s.message().c_str());
     for (pid_t p : pids) {
-      if (p > 0) reap(p);
+      if (p > 0) swarmflow::bench::reap(p);
     }
     return 1;
   }
@@ -201,7 +183,7 @@ int main(int argc, char** argv) {
     const std::string id = "w" + std::to_string(w);
     const std::size_t failovers_before = rt.report().failovers.size();
     const std::int64_t kill_ns = swarmflow::steady_now_ns();
-    reap(pids[static_cast<std::size_t>(w)]);
+    swarmflow::bench::reap(pids[static_cast<std::size_t>(w)]);
     // Wait for the coordinator to fail it over.
     swarmflow::FailoverReport f;
     bool found = false;
@@ -257,7 +239,7 @@ int main(int argc, char** argv) {
   sampling.store(false);
   sampler.join();
   for (pid_t p : pids) {
-    if (p > 0) reap(p);
+    if (p > 0) swarmflow::bench::reap(p);
   }
   const swarmflow::RunReport r = rt.report();
   std::uint64_t lost = 0;

@@ -33,8 +33,7 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "bench_args.hpp"
-
-extern char** environ;
+#include "bench_process.hpp"
 
 namespace {
 
@@ -79,18 +78,7 @@ double percentile_ms(const std::vector<std::int64_t>& sorted, double q) {
 }
 
 pid_t spawn_unit(const Options& o, const std::string& file, const std::string& err) {
-  std::vector<std::string> args = {o.cli, "unit", file, "--id", "u1"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
+  return swarmflow::bench::spawn_process({o.cli, "unit", file, "--id", "u1"}, err);
 }
 
 /// One round: the time from the kill to the coordinator declaring u1 dead,
@@ -120,11 +108,7 @@ std::int64_t round_once(const Options& o, std::mt19937_64& rng, std::string* pro
     *problem = "cannot start " + o.cli;
     return -1;
   }
-  auto reap = [&] {
-    kill(unit, SIGKILL);
-    int status = 0;
-    waitpid(unit, &status, 0);
-  };
+  auto reap = [&] { swarmflow::bench::reap(unit); };
   swarmflow::RuntimeOptions options;
   options.units = {"u0"};
   options.join_timeout_ms = 10000;
