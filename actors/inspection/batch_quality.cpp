@@ -301,6 +301,98 @@ void BatchQuality::stop(StageContext&) {
   if (summary_) print_summary();
 }
 
+namespace {
+
+nlohmann::json tally_json(const std::map<std::string, ClassTally>& scores) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [cls, t] : scores) j[cls] = {t.true_positives, t.false_positives, t.false_negatives};
+  return j;
+}
+
+std::map<std::string, ClassTally> tally_from(const nlohmann::json& j) {
+  std::map<std::string, ClassTally> scores;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    ClassTally& t = scores[it.key()];
+    t.true_positives = it.value().at(0).get<std::uint64_t>();
+    t.false_positives = it.value().at(1).get<std::uint64_t>();
+    t.false_negatives = it.value().at(2).get<std::uint64_t>();
+  }
+  return scores;
+}
+
+}  // namespace
+
+bool BatchQuality::snapshot(std::string& out) const {
+  auto part_json = [](const Part& p) {
+    nlohmann::json detections = nlohmann::json::array();
+    for (const auto& d : p.detections) detections.push_back({d.class_name, d.camera});
+    return nlohmann::json{{"id", p.id},          {"results", p.results},       {"measured", p.measured},
+                          {"oot", p.out_of_tolerance}, {"detections", detections}, {"scores", tally_json(p.scores)},
+                          {"errors", p.errors_mm}};
+  };
+  nlohmann::json j;
+  j["open"] = nlohmann::json::array();
+  for (const auto& [id, part] : open_) j["open"].push_back(part_json(part));
+  j["opened"] = opened_;
+  j["closed"] = closed_order_;
+  j["batch"] = nlohmann::json::array();
+  for (const auto& part : batch_.parts) j["batch"].push_back(part_json(part));
+  j["batch_partial"] = batch_.partial;
+  j["batch_index"] = batch_index_;
+  j["scores"] = tally_json(total_scores_);
+  j["by_class"] = total_by_class_;
+  j["parts"] = total_parts_;
+  j["passed"] = total_passed_;
+  j["partial"] = total_partial_;
+  j["error"] = {total_error_max_, total_error_sum_, total_error_count_};
+  const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(j);
+  out.assign(bytes.begin(), bytes.end());
+  return true;
+}
+
+Status BatchQuality::restore(const std::string& state) {
+  try {
+    const nlohmann::json j = nlohmann::json::from_cbor(state.begin(), state.end());
+    auto part_from = [](const nlohmann::json& p) {
+      Part part;
+      part.id = p.at("id").get<std::uint64_t>();
+      part.results = p.at("results").get<int>();
+      part.measured = p.at("measured").get<bool>();
+      part.out_of_tolerance = p.at("oot").get<bool>();
+      for (const auto& d : p.at("detections")) {
+        part.detections.push_back(Detection{d.at(0).get<std::string>(), d.at(1).get<std::string>()});
+      }
+      part.scores = tally_from(p.at("scores"));
+      part.errors_mm = p.at("errors").get<std::vector<double>>();
+      return part;
+    };
+    open_.clear();
+    for (const auto& p : j.at("open")) {
+      Part part = part_from(p);
+      open_.emplace(part.id, std::move(part));
+    }
+    opened_ = j.at("opened").get<std::deque<std::uint64_t>>();
+    closed_order_ = j.at("closed").get<std::deque<std::uint64_t>>();
+    closed_ = std::unordered_set<std::uint64_t>(closed_order_.begin(), closed_order_.end());
+    batch_ = Batch{};
+    for (const auto& p : j.at("batch")) batch_.parts.push_back(part_from(p));
+    batch_.partial = j.at("batch_partial").get<std::uint64_t>();
+    batch_index_ = j.at("batch_index").get<std::uint64_t>();
+    total_scores_ = tally_from(j.at("scores"));
+    total_by_class_ = j.at("by_class").get<std::map<std::string, std::uint64_t>>();
+    total_parts_ = j.at("parts").get<std::uint64_t>();
+    total_passed_ = j.at("passed").get<std::uint64_t>();
+    total_partial_ = j.at("partial").get<std::uint64_t>();
+    total_error_max_ = j.at("error").at(0).get<double>();
+    total_error_sum_ = j.at("error").at(1).get<double>();
+    total_error_count_ = j.at("error").at(2).get<std::uint64_t>();
+  } catch (const std::exception& ex) {
+    return Status::error(std::string("inspection.batch_quality: a snapshot it cannot read: ") + ex.what(),
+                         StatusCode::invalid_argument);
+  }
+  return {};
+}
+
 void BatchQuality::print_summary() const {
   std::printf("\nquality: %llu parts in %llu batches, %llu passed (yield %.1f%%), %llu partial\n",
               static_cast<unsigned long long>(total_parts_), static_cast<unsigned long long>(batch_index_),

@@ -25,7 +25,10 @@
 /// when the run ends go into a last batch as partial parts, and so does the
 /// oldest open part whenever more than 4 x batch_parts are open (memory stays
 /// bounded when frames are dropped). A result for a part already closed is
-/// counted (`late_results`) and ignored. Run one replica,
+/// counted (`late_results`) and ignored. The stage is stateful: on a unit
+/// process its state is snapshotted, and a failover restores it elsewhere
+/// (a `report_path` file may then repeat the batches closed after the last
+/// snapshot; the summary and the counters do not). Run one replica,
 /// so that it sees every unit's results:
 ///
 /// ```yaml
@@ -65,6 +68,10 @@ class BatchQuality final : public Stage {
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
   void stop(StageContext& ctx) override;
+  /// Its open parts, the batch being filled and the run's totals, so that a
+  /// failover carries on from where the snapshot was taken.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
   /// Totals over the whole run (for tests and the summary).
   const std::map<std::string, ClassTally>& scores() const { return total_scores_; }

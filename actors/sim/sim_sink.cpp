@@ -1,5 +1,7 @@
 #include "sim/sim_stages.hpp"
 
+#include <sstream>
+
 namespace swarmflow::sim {
 
 SequenceChecker::Verdict SequenceChecker::observe(std::uint64_t stream, std::uint64_t seq,
@@ -20,6 +22,44 @@ SequenceChecker::Verdict SequenceChecker::observe(std::uint64_t stream, std::uin
   }
   if (st.missing.erase(seq) != 0) return Verdict::late;
   return Verdict::duplicate;
+}
+
+std::string SequenceChecker::save() const {
+  std::string out;
+  for (const auto& [stream, st] : streams_) {
+    out += std::to_string(stream) + " " + std::to_string(st.next);
+    for (std::uint64_t m : st.missing) out += " " + std::to_string(m);
+    out += "\n";
+  }
+  return out;
+}
+
+bool SequenceChecker::load(const std::string& text) {
+  std::unordered_map<std::uint64_t, StreamState> streams;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    std::uint64_t stream = 0;
+    StreamState st;
+    if (!(in >> stream >> st.next)) return false;
+    std::uint64_t m = 0;
+    while (in >> m) st.missing.insert(m);
+    if (!in.eof()) return false;
+    streams[stream] = std::move(st);
+  }
+  streams_ = std::move(streams);
+  return true;
+}
+
+bool SimSink::snapshot(std::string& out) const {
+  out = checker_.save();
+  return true;
+}
+
+Status SimSink::restore(const std::string& state) {
+  if (!checker_.load(state)) return Status::error("sim.sink: a snapshot it cannot read", StatusCode::invalid_argument);
+  return {};
 }
 
 void SimSink::setup(StageSpec& s) {

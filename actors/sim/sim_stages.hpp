@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -54,6 +55,9 @@ class SequenceChecker {
   /// later arrival of a missing number is late (reordered), anything else seen
   /// before is a duplicate.
   Verdict observe(std::uint64_t stream, std::uint64_t seq, std::uint64_t* newly_missing);
+  /// Its state as text ("stream next missing..." per line), and back.
+  std::string save() const;
+  bool load(const std::string& text);
 
  private:
   struct StreamState {
@@ -68,6 +72,9 @@ class SimSink final : public Stage {
   void setup(StageSpec& s) override;
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+  /// Per-stream sequence state: a failover carries on checking.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
  private:
   InputPort<schema::Blob> in_;

@@ -101,6 +101,10 @@ struct FailoverReport {
   /// Replicas lost with it (sources), as `stage/replica`: what they had not
   /// sent is lost; the edges they fed count them as ended.
   std::vector<std::string> lost;
+  /// From the detection to the first step finished by a replica it placed
+  /// anew (an envelope processed or a source's output), in ms; -1 when none
+  /// has finished one (nothing moved, or the run ended first).
+  double first_output_ms = -1;
 };
 
 /// The whole run.

@@ -275,8 +275,15 @@ class Stage {
   virtual Status process(Inputs& inputs, Outputs& outputs, StageContext& context) = 0;
   /// Releases resources.
   virtual void stop(StageContext& /*context*/) {}
-  /// Optional state transfer for stateful stages that may migrate or restart.
+  /// A stage that keeps state across envelopes writes it to `out` and
+  /// returns true; a stateless one returns false (the default). A stateful
+  /// replica on a unit process is snapshotted every `failure.snapshot_every`
+  /// inputs and kept off its unit; if the unit dies, the replica placed
+  /// elsewhere is given the latest snapshot through `restore` after `start`
+  /// and before its first envelope, and the inputs after it are replayed.
+  /// Called between steps, never during one.
   virtual bool snapshot(std::string& /*out*/) const { return false; }
+  /// Takes the state `snapshot` wrote; an error fails the run.
   virtual Status restore(const std::string& /*state*/) { return Status::error("restore not supported"); }
 };
 

@@ -61,7 +61,8 @@ const std::vector<std::string> kTopKeys = {"pipeline", "units",     "coordinator
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes"};
 const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
-                                               "acceptable_pause_ms", "window"};
+                                               "acceptable_pause_ms", "window", "snapshot_every",
+                                               "snapshot_ms"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
                                              "key", "feedback", "placement", "join"};
@@ -1120,6 +1121,19 @@ class Loader {
                                 "a silence this much longer than the usual interval is not yet suspicious, in ms "
                                 "(default 200)")) {
         f.acceptable_pause_ms = static_cast<int>(*v);
+      }
+    }
+    if (const Entry* n = entries->find("snapshot_every")) {
+      if (auto v = read_integer(*n, "'snapshot_every'", 1, 1000000,
+                                "a stateful replica snapshots its state after this many inputs (default 64)")) {
+        f.snapshot_every = static_cast<int>(*v);
+      }
+    }
+    if (const Entry* t = entries->find("snapshot_ms")) {
+      if (auto v = read_integer(*t, "'snapshot_ms'", 1, 600000,
+                                "a stateful replica snapshots its state at least this often while it works, in ms "
+                                "(default 100)")) {
+        f.snapshot_ms = static_cast<int>(*v);
       }
     }
     if (const Entry* w = entries->find("window")) {

@@ -116,6 +116,11 @@ struct FailureDecl {
   double min_std_ms = 5;            ///< floor of the interval's standard deviation
   int acceptable_pause_ms = 200;    ///< added to the mean interval: a pause this long is not yet suspicious
   int window = 200;                 ///< intervals kept to estimate the mean and deviation
+  /// A stateful replica on a unit process snapshots its state after this many
+  /// inputs, or after snapshot_ms, whichever comes first (and when it idles);
+  /// the inputs a snapshot covers are released only once it is stored.
+  int snapshot_every = 64;
+  int snapshot_ms = 100;
 };
 
 /// A whole pipeline definition.

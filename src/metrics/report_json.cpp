@@ -116,6 +116,7 @@ std::string RunReport::to_json() const {
     fj["epoch"] = f.epoch;
     fj["moved"] = f.moved;
     fj["lost"] = f.lost;
+    fj["first_output_ms"] = f.first_output_ms >= 0 ? Json(f.first_output_ms) : Json(nullptr);
     failovers_j.push_back(std::move(fj));
   }
   j["failovers"] = std::move(failovers_j);

@@ -29,5 +29,7 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 /// (shared_ptr<const RoutingTable>): a new placement is in force
 using placement_atom = caf::atom_constant<caf::atom("placement")>;
+/// (uint64 id): the replica's snapshot `id` is stored off the unit
+using stored_atom = caf::atom_constant<caf::atom("stored")>;
 
 }  // namespace swarmflow::runtime

@@ -17,6 +17,8 @@ constexpr int kMaxSourceFailures = 3;
 /// Source steps per event, so that acks are not starved by a busy source.
 constexpr int kPullBatch = 64;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+/// Snapshots of a stateful stage taken and not yet stored, at most.
+constexpr std::size_t kMaxPendingSnapshots = 3;
 /// Envelopes given up in a row, with no success between, after which a
 /// stage counts as failing for good and fails the run.
 constexpr int kMaxDeadLetterStreak = 5;
@@ -151,6 +153,7 @@ void ReplicaCore::tick(int kind) {
     case kFlush:
       flush_scheduled_ = false;
       if (queue_.empty()) {
+        maybe_snapshot(true);
         for (auto& in : in_) flush_acks(in, true);
       }
       break;
@@ -167,9 +170,11 @@ void ReplicaCore::stop_source() {
 }
 
 void ReplicaCore::end_event() {
+  maybe_snapshot(false);
+  if (!snapshots_pending_.empty()) send_snapshots();
   flush_releases();
   if (finished_ && !left_) maybe_leave();
-  if (!flush_scheduled_ && queue_.empty() && owes_acks()) {
+  if (!flush_scheduled_ && queue_.empty() && (owes_acks() || (stateful_ && snapshot_taken_ < next_ordinal_))) {
     flush_scheduled_ = true;
     effects_.schedule(kFlush, setup_.clock() + kIdleFlushNs);
   }
@@ -190,6 +195,17 @@ void ReplicaCore::start() {
   Status s = make_stage();
   if (!s.ok()) {
     fail_permanently("stage '" + decl().id + "' failed to start: " + s.message());
+  } else if (setup_.restore && !restore_state()) {
+    stop_stage();
+  } else if (setup_.snapshot_every > 0) {
+    // A stage is stateful when it can snapshot its state.
+    std::string probe;
+    try {
+      stateful_ = stage_->snapshot(probe);
+    } catch (...) {
+      stateful_ = false;
+    }
+    snapshot_ns_ = setup_.clock();
   }
   started_ = true;
   resume();
@@ -256,6 +272,8 @@ void ReplicaCore::maybe_finish() {
 /// die and what it had not released is replayed from here.
 void ReplicaCore::finish() {
   finished_ = true;
+  // The last state, before stop() (which may write files or print).
+  if (stateful_ && snapshot_taken_ < next_ordinal_) take_snapshot();
   stop_stage();
   for (auto& in : in_) flush_acks(in, true);
   for (auto& out : out_) {
@@ -268,6 +286,7 @@ void ReplicaCore::finish() {
 
 void ReplicaCore::maybe_leave() {
   if (!finished_ || left_) return;
+  if (!snapshots_pending_.empty()) return;  // its inputs are released once it is stored
   for (const auto& out : out_) {
     if (out.router.retained() > 0) return;
     for (bool due : out.eos_due) {
@@ -333,11 +352,7 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     forget_producer(index, from);
     // Its new incarnation makes again what its inputs' replay makes: what
     // this replica processed of that is recognised by (stream, seq).
-    Upstream& up = in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)];
-    up.dedup = std::make_unique<Dedup>();
-    up.dedup->left = up.seen.size();
-    up.dedup->processed.reserve(up.filled);
-    for (std::size_t i = 0; i < up.filled; ++i) ++up.dedup->processed[up.seen[i]];
+    expect_duplicates(in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)]);
   }
   for (const auto& [edge, from] : change.lost_producers) {
     const int index = in_edge(edge, from);
@@ -355,6 +370,13 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     resume();
   }
   end_event();
+}
+
+void ReplicaCore::expect_duplicates(Upstream& up) {
+  up.dedup = std::make_unique<Dedup>();
+  up.dedup->left = up.seen.size();
+  up.dedup->processed.reserve(up.filled);
+  for (std::size_t i = 0; i < up.filled; ++i) ++up.dedup->processed[up.seen[i]];
 }
 
 void ReplicaCore::forget_producer(int in_index, int from) {
@@ -524,6 +546,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   dead_letter_streak_ = 0;
   const double service = static_cast<double>(t1 - t0);
   service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
+  ++steps_;
   setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
   setup_.stats->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
@@ -635,6 +658,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     t = setup_.clock();
     if (!s.is_error()) {
       dead_letter_streak_ = 0;
+      ++steps_;
       setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
       setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
@@ -750,6 +774,9 @@ std::uint64_t ReplicaCore::oldest_join_origin() const {
 /// The oldest origin still held by a waiting output or a join set.
 std::uint64_t ReplicaCore::release_frontier() const {
   std::uint64_t frontier = EdgeRouter::kNoOrigin;
+  // A stateful stage's inputs wait until a stored snapshot covers them (once
+  // it is stopped, its last snapshot covers everything it processed).
+  if (stateful_ && !(finished_ && snapshots_pending_.empty())) frontier = snapshot_frontier_;
   for (const auto& out : out_) frontier = std::min(frontier, out.router.oldest_held_origin());
   return std::min(frontier, oldest_join_origin());
 }
@@ -886,6 +913,154 @@ void ReplicaCore::ack(int edge, int replica, int credits, int released, double s
   end_event();
 }
 
+// -- snapshots of a stateful stage ----------------------------------------
+//
+// A stateful stage's state is snapshotted every snapshot_every inputs or
+// snapshot_interval_ns at work, and when the replica idles. A snapshot
+// covers every input with an ordinal before the one it was taken at, less
+// those waiting in join sets (held anyway by their sets' origins): those
+// inputs are released upstream only once the snapshot is stored off the unit
+// (snapshot_stored). A snapshot is sent only once every output made before
+// it has been accepted downstream, since a restored replica cannot make
+// those again. So what a producer still retains for this replica is exactly
+// what its restored successor must see again: a failover restores the latest
+// stored snapshot and the producers replay the rest. The keys the snapshot
+// lists are dropped as duplicates if a producer replays them (a release can
+// be in flight when the unit dies); what the replay makes again that
+// consumers already have, they drop as duplicates of a moved producer.
+
+bool ReplicaCore::restore_state() {
+  const ReplicaSnapshot& snapshot = *setup_.restore;
+  Status s;
+  try {
+    s = stage_->restore(snapshot.state);
+  } catch (const std::exception& ex) {
+    s = Status::error(std::string("threw: ") + ex.what());
+  } catch (...) {
+    s = Status::error("threw an unknown exception");
+  }
+  if (!s.ok()) {
+    fail_permanently("stage '" + decl().id + "' replica " + std::to_string(setup_.replica) +
+                     " could not restore its state after a failover: " + s.message());
+    return false;
+  }
+  setup_.stats->processed.store(snapshot.processed, std::memory_order_relaxed);
+  for (const auto& [name, value] : snapshot.counters) setup_.stats->counter(name).store(value, std::memory_order_relaxed);
+  for (const auto& seen : snapshot.seen) {
+    if (seen.edge < 0 || static_cast<std::size_t>(seen.edge) >= in_index_.size()) continue;
+    const int index = in_index_[static_cast<std::size_t>(seen.edge)];
+    if (index < 0) continue;
+    auto& ups = in_[static_cast<std::size_t>(index)].upstream;
+    if (seen.producer < 0 || static_cast<std::size_t>(seen.producer) >= ups.size()) continue;
+    Upstream& up = ups[static_cast<std::size_t>(seen.producer)];
+    // The newest keys, as many as the ring holds, oldest first.
+    const std::size_t n = std::min(seen.streams.size(), up.seen.size());
+    const std::size_t skip = seen.streams.size() - n;
+    up.next = 0;
+    up.filled = 0;
+    for (std::size_t i = skip; i < seen.streams.size(); ++i) {
+      up.seen[up.next] = Key{seen.streams[i], seen.seqs[i]};
+      if (++up.next == up.seen.size()) up.next = 0;
+      ++up.filled;
+    }
+    expect_duplicates(up);
+  }
+  setup_.stats->counter("restored").fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void ReplicaCore::maybe_snapshot(bool idle) {
+  if (!stateful_ || !stage_ || failed_ || finished_ || snapshot_taken_ == next_ordinal_) return;
+  if (snapshots_pending_.size() >= kMaxPendingSnapshots) return;
+  const std::int64_t now = setup_.clock();
+  const bool due = idle || next_ordinal_ - snapshot_taken_ >= static_cast<std::uint64_t>(setup_.snapshot_every) ||
+                   now - snapshot_ns_ >= setup_.snapshot_interval_ns;
+  if (due) take_snapshot();
+}
+
+void ReplicaCore::take_snapshot() {
+  ReplicaSnapshot snapshot;
+  snapshot.id = snapshot_id_ + 1;
+  try {
+    if (!stage_->snapshot(snapshot.state)) {
+      log("snapshot() returned false after it had returned true: the stage's inputs are released without one");
+      stateful_ = false;
+      return;
+    }
+  } catch (const std::exception& ex) {
+    log(std::string("snapshot() threw: ") + ex.what());
+    return;
+  } catch (...) {
+    log("snapshot() threw");
+    return;
+  }
+  snapshot_id_ = snapshot.id;
+  snapshot.processed = setup_.stats->processed.load(std::memory_order_relaxed);
+  for (const auto& [name, value] : setup_.stats->counters()) snapshot.counters.emplace_back(name, value);
+  // Keys waiting in join sets are not in the stage's state: a replay must
+  // bring them again.
+  std::unordered_map<Key, int, KeyHash> joined;
+  for (const auto& [key, set] : joins_) {
+    for (const auto& e : set.by_port) {
+      if (e.payload()) ++joined[Key{e.header().stream, e.header().seq}];
+    }
+  }
+  for (const auto& in : in_) {
+    for (std::size_t f = 0; f < in.upstream.size(); ++f) {
+      const Upstream& up = in.upstream[f];
+      if (up.filled == 0) continue;
+      ReplicaSnapshot::Seen seen;
+      seen.edge = in.edge;
+      seen.producer = static_cast<int>(f);
+      seen.streams.reserve(up.filled);
+      seen.seqs.reserve(up.filled);
+      // Oldest first: from the slot after the newest, around the ring.
+      const std::size_t start = up.filled < up.seen.size() ? 0 : up.next;
+      for (std::size_t i = 0; i < up.filled; ++i) {
+        const Key& k = up.seen[(start + i) % up.seen.size()];
+        if (!joined.empty() && joined.count(k) > 0) continue;
+        seen.streams.push_back(k.stream);
+        seen.seqs.push_back(k.seq);
+      }
+      snapshot.seen.push_back(std::move(seen));
+    }
+  }
+  snapshots_pending_.push_back(
+      PendingSnapshot{snapshot.id, next_ordinal_, std::make_unique<ReplicaSnapshot>(std::move(snapshot))});
+  snapshot_taken_ = next_ordinal_;
+  snapshot_ns_ = setup_.clock();
+  send_snapshots();
+}
+
+void ReplicaCore::send_snapshots() {
+  std::uint64_t accepted = EdgeRouter::kNoOrigin;
+  for (const auto& out : out_) accepted = std::min(accepted, out.router.oldest_held_origin());
+  std::size_t newest = snapshots_pending_.size();
+  for (std::size_t i = 0; i < snapshots_pending_.size(); ++i) {
+    if (snapshots_pending_[i].unsent && snapshots_pending_[i].ordinal <= accepted) newest = i;
+  }
+  if (newest == snapshots_pending_.size()) return;
+  // Older unsent ones are covered by it.
+  std::unique_ptr<ReplicaSnapshot> snapshot = std::move(snapshots_pending_[newest].unsent);
+  snapshots_pending_.erase(std::remove_if(snapshots_pending_.begin(), snapshots_pending_.begin() + newest,
+                                          [](const PendingSnapshot& p) { return p.unsent != nullptr; }),
+                           snapshots_pending_.begin() + newest);
+  setup_.stats->counter("snapshots").fetch_add(1, std::memory_order_relaxed);
+  effects_.snapshot(std::move(*snapshot));
+}
+
+void ReplicaCore::snapshot_stored(std::uint64_t id) {
+  while (!snapshots_pending_.empty() && snapshots_pending_.front().id <= id && !snapshots_pending_.front().unsent) {
+    snapshot_frontier_ = std::max(snapshot_frontier_, snapshots_pending_.front().ordinal);
+    snapshots_pending_.erase(snapshots_pending_.begin());
+  }
+  // Producers may be waiting for these releases: an idle replica sends them now.
+  if (queue_.empty()) {
+    for (auto& in : in_) flush_acks(in, true);
+  }
+  end_event();
+}
+
 // -- sources ------------------------------------------------------------
 
 void ReplicaCore::schedule_pull(std::int64_t at_ns) {
@@ -931,6 +1106,7 @@ void ReplicaCore::pull() {
     // Only a step that produced resets the count: a restarted source that
     // returns nothing and fails again is still failing.
     if (!outputs_.items().empty()) {
+      ++steps_;
       consecutive_failures_ = 0;
       setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
     }

@@ -20,6 +20,7 @@
 #include <swarmflow/stage.hpp>
 
 #include "graph/graph.hpp"
+#include "runtime/replica_snapshot.hpp"
 #include "runtime/replica_stats.hpp"
 #include "runtime/ring_queue.hpp"
 #include "runtime/routing.hpp"
@@ -48,6 +49,9 @@ class ReplicaEffects {
   virtual void failed(const std::string& message) = 0;
   /// A line for the log (already rate limited).
   virtual void log(const std::string& line) = 0;
+  /// Keeps `snapshot` off this unit; `ReplicaCore::snapshot_stored(id)`
+  /// follows once it is (only then are the inputs it covers released).
+  virtual void snapshot(ReplicaSnapshot&& snapshot) = 0;
 };
 
 /// What a replica needs to know of the run; all of it outlives the replica.
@@ -67,6 +71,14 @@ struct ReplicaSetup {
   const std::vector<std::vector<Runtime::Subscriber>>* subscribers = nullptr;
   const std::atomic<bool>* stop_requested = nullptr;
   std::function<std::int64_t()> clock;  ///< steady time in ns
+  /// A stateful stage (one whose snapshot() returns true) snapshots after
+  /// this many inputs or this long at work, and when it idles; 0 = never
+  /// (a replica no failover could move elsewhere).
+  int snapshot_every = 0;
+  std::int64_t snapshot_interval_ns = 100'000'000;
+  /// The state to start from: the latest snapshot of this replica where it
+  /// ran before (a failover), or null.
+  std::shared_ptr<const ReplicaSnapshot> restore;
 };
 
 /// A new placement, as one replica sees it (all pairs are (edge id, replica)).
@@ -114,6 +126,9 @@ class ReplicaCore final : public StageContext {
   void tick(int kind);
   /// A source ends its stream now.
   void stop_source();
+  /// Snapshot `id` (and every one before it) is stored off the unit: the
+  /// inputs it covers may be released.
+  void snapshot_stored(std::uint64_t id);
   /// Replicas this one exchanges envelopes with were placed anew (their unit
   /// died): replays to moved consumers, forgets what it owed moved or lost
   /// producers, and drops what a moved producer sends again as duplicates.
@@ -124,8 +139,15 @@ class ReplicaCore final : public StageContext {
   /// `ReplicaEffects::finished()` was called: the stage is done and every
   /// consumer released everything it was sent, so nothing is left to replay.
   bool has_left() const { return left_; }
+  /// Steps finished since the start: envelopes (or joined sets) processed,
+  /// or a source's steps that produced.
+  std::uint64_t steps() const { return steps_; }
   /// Envelopes a moved producer sent again that this replica had processed.
   std::uint64_t duplicates_dropped() const { return duplicates_dropped_; }
+  /// Whether the stage is stateful and snapshots (see ReplicaSetup::snapshot_every).
+  bool snapshots() const { return stateful_; }
+  /// Snapshots taken and not yet stored.
+  std::size_t snapshots_pending() const { return snapshots_pending_.size(); }
   /// Envelopes taken but not processed (not counting end-of-stream marks).
   std::uint64_t queued() const { return data_queued_; }
   /// Processed envelopes whose release has not been sent yet.
@@ -237,6 +259,9 @@ class ReplicaCore final : public StageContext {
   bool is_duplicate(Upstream& up, const EnvelopeHeader& h);
   /// Returns credit for a consumed item, unless its producer was placed anew since.
   void settle_item(const Item& item);
+  /// Arrivals from `up` that are among its remembered keys are duplicates
+  /// (for as many arrivals as it remembers).
+  void expect_duplicates(Upstream& up);
   /// Drops what this replica owes producer replica `from` of in-edge `in_index`.
   void forget_producer(int in_index, int from);
   Status call_process();
@@ -268,6 +293,15 @@ class ReplicaCore final : public StageContext {
   bool any_waiting() const;
   void emit_outputs();
   void send_dispatches(OutEdge& out);
+
+  // -- snapshots of a stateful stage
+  /// Restores setup_.restore into the stage just made; false if it failed.
+  bool restore_state();
+  /// Takes a snapshot when one is due (`idle`: the replica has nothing to do).
+  void maybe_snapshot(bool idle);
+  void take_snapshot();
+  /// Sends the newest snapshot whose outputs are all accepted downstream.
+  void send_snapshots();
 
   // -- sources
   void schedule_pull(std::int64_t at_ns);
@@ -309,6 +343,7 @@ class ReplicaCore final : public StageContext {
   bool finished_ = false;
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
+  std::uint64_t steps_ = 0;
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;
@@ -322,6 +357,21 @@ class ReplicaCore final : public StageContext {
   double service_ns_ = 0;
   std::int64_t last_log_ns_ = 0;
   std::uint64_t suppressed_logs_ = 0;
+
+  // -- snapshots
+  bool stateful_ = false;
+  std::uint64_t snapshot_id_ = 0;
+  std::uint64_t snapshot_taken_ = 0;     ///< ordinals before this are in a snapshot taken
+  std::uint64_t snapshot_frontier_ = 0;  ///< ordinals before this are in a snapshot stored
+  std::int64_t snapshot_ns_ = 0;         ///< when the last one was taken
+  struct PendingSnapshot {
+    std::uint64_t id;
+    std::uint64_t ordinal;
+    /// Taken, not sent yet: it goes once every output made before it is
+    /// accepted downstream (a restored replica could not make those again).
+    std::unique_ptr<ReplicaSnapshot> unsent;
+  };
+  std::vector<PendingSnapshot> snapshots_pending_;
 };
 
 /// Incomplete join sets a replica with this queue capacity may hold.

@@ -21,6 +21,7 @@
 
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
+#include "runtime/replica_snapshot.hpp"
 #include "runtime/replica_stats.hpp"
 #include "runtime/routing_table.hpp"
 #include "transport/transport.hpp"
@@ -65,6 +66,12 @@ struct RunState {
   std::vector<std::vector<std::vector<Runtime::Subscriber>>> subscribers;
 
   std::atomic<bool> stop_requested{false};
+  /// Stateful replicas here keep snapshots with the coordinator (this is a
+  /// unit process: a failover may move them elsewhere).
+  bool snapshots_with_coordinator = false;
+  /// The coordinator is gone: snapshots count as stored at once (no
+  /// failover can happen without it, and inputs must not wait).
+  std::atomic<bool> snapshots_local{false};
   /// Envelopes and marks refused because their sender no longer hosts the
   /// producer they name (a unit fenced after a failover).
   std::atomic<std::uint64_t> stale_refused{0};
@@ -73,8 +80,13 @@ struct RunState {
   void record_load(int unit, double utilisation);
   UnitLoad load(int unit) const;
 
-  /// Failovers so far, for the report.
-  void record_failover(FailoverReport failover);
+  /// Failovers so far, for the report. `detected_ns` and `planned_ns`
+  /// (steady clock): when the unit was declared dead and the plan sent.
+  void record_failover(FailoverReport failover, std::int64_t detected_ns = 0, std::int64_t planned_ns = 0);
+  /// A replica placed by the failover of `epoch` finished its first step:
+  /// at `at_ns` on this process's clock, or (`after_plan`) that long after
+  /// its unit took the plan up.
+  void record_first_output(std::uint32_t epoch, std::int64_t ns, bool after_plan);
   std::vector<FailoverReport> failovers() const;
 
   /// Transport counters of units hosted elsewhere, from their UnitDone.
@@ -112,14 +124,25 @@ struct RunState {
   std::map<int, RemoteTransportStats> remote_transport_;
   std::map<int, UnitLoad> loads_;
   std::vector<FailoverReport> failovers_;
+  struct FailoverTimes {
+    std::int64_t detected_ns;
+    std::int64_t planned_ns;
+  };
+  std::vector<FailoverTimes> failover_times_;  ///< parallel to failovers_
   std::shared_ptr<const RoutingTable> table_;
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.
 /// `table` places the replica (its actor may not be in it yet: the host
 /// takes the run's published table when it starts).
+/// `restore`: the snapshot a replica placed anew starts from, or null.
+/// `replacement`: it was placed by a failover (its first step is reported).
 caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
-                             std::shared_ptr<const RoutingTable> table, int node, int replica);
+                             std::shared_ptr<const RoutingTable> table, int node, int replica,
+                             std::shared_ptr<const ReplicaSnapshot> restore = nullptr, bool replacement = false);
+/// Tells a host that snapshot `id` of its replica is stored (or, with
+/// UINT64_MAX, that snapshots now count as stored at once).
+void send_snapshot_stored(const caf::actor& host, std::uint64_t id);
 /// Starts a host: its stage is made and started, and a source begins producing.
 void send_start(const caf::actor& host);
 /// Tells a source host to end its stream now.

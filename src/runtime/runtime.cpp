@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -14,6 +15,7 @@
 #include "placement/static_placement.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/run_state.hpp"
+#include "runtime/snapshot_codec.hpp"
 #include "runtime/stats_codec.hpp"
 #include "transport/control.hpp"
 #include "transport/security.hpp"
@@ -34,9 +36,22 @@ void RunState::replica_finished(int count) {
   }
 }
 
-void RunState::record_failover(FailoverReport failover) {
+void RunState::record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   failovers_.push_back(std::move(failover));
+  failover_times_.push_back(FailoverTimes{detected_ns, planned_ns});
+}
+
+void RunState::record_first_output(std::uint32_t epoch, std::int64_t ns, bool after_plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t i = 0; i < failovers_.size(); ++i) {
+    if (failovers_[i].epoch != epoch) continue;
+    const FailoverTimes& t = failover_times_[i];
+    const std::int64_t since = after_plan ? t.planned_ns - t.detected_ns + ns : ns - t.detected_ns;
+    const double ms = static_cast<double>(std::max<std::int64_t>(0, since)) / 1e6;
+    double& first = failovers_[i].first_output_ms;
+    if (first < 0 || ms < first) first = ms;
+  }
 }
 
 std::vector<FailoverReport> RunState::failovers() const {
@@ -470,6 +485,11 @@ struct ClusterView {
   std::unique_ptr<placement::FailureDetectors> detectors;
   std::string lost;  ///< why the first unit declared dead was; empty while none is
   std::uint64_t unknown_units = 0;
+  /// The latest snapshot of each stateful replica on a unit process, by
+  /// (node, replica): what a failover restores.
+  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> snapshots;
+  /// Answers units (SnapshotStored); set before the server starts.
+  transport::ControlServer* server = nullptr;
 
   bool all(const std::vector<bool>& flags) {
     for (std::size_t u = 0; u < flags.size(); ++u) {
@@ -499,6 +519,9 @@ struct UnitSide {
   /// Every message from the coordinator is a heartbeat for this detector.
   std::unique_ptr<placement::FailureDetector> coordinator;
   bool coordinator_lost = false;  ///< declared dead, and nothing heard since
+  /// Snapshots to start replicas placed here from, by (node, replica), as
+  /// the coordinator sent them before a plan.
+  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> restores;
 };
 
 int unit_index(const config::PipelineSpec& spec, const std::string& id) {
@@ -853,6 +876,22 @@ struct Runtime::Impl {
       case schema::ControlBody::Go:
         side.go = true;
         break;
+      case schema::ControlBody::SnapshotStored: {
+        const auto* m = c.body_as_SnapshotStored();
+        const auto table = run.table();
+        const caf::actor a = table->actor(static_cast<int>(m->node()), static_cast<int>(m->replica()));
+        if (a) runtime::send_snapshot_stored(a, m->id());
+        break;
+      }
+      case schema::ControlBody::Restore: {
+        const auto* m = c.body_as_Restore();
+        if (m->snapshot() == nullptr) break;
+        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
+        if (!runtime::decode_snapshot(*m->snapshot(), snapshot.get())) break;
+        side.restores[{static_cast<int>(m->snapshot()->node()), static_cast<int>(m->snapshot()->replica())}] =
+            std::move(snapshot);
+        break;
+      }
       case schema::ControlBody::StopSources:
         runtime::stop_local_sources(run);
         break;
@@ -902,6 +941,7 @@ struct Runtime::Impl {
           auto r = weak.lock();
           if (r) on_unit_message(*r, *view, unit_id, c);
         });
+    cluster->server = control_server.get();
     return control_server->start();
   }
 
@@ -940,6 +980,30 @@ struct Runtime::Impl {
       case schema::ControlBody::Ready:
         if (c.body_as_Ready()->epoch() == run.table()->epoch) view.ready[i] = true;
         break;
+      case schema::ControlBody::Snapshot: {
+        // Kept only from the unit that hosts the replica by the placement
+        // in force: a fenced unit's state is stale.
+        const auto* m = c.body_as_Snapshot();
+        const auto table = run.table();
+        const int node = static_cast<int>(m->node());
+        const int replica = static_cast<int>(m->replica());
+        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
+        if (table->unit(node, replica) != u || !runtime::decode_snapshot(*m, snapshot.get())) {
+          ++view.stale_messages;
+          break;
+        }
+        const std::uint64_t id = snapshot->id;
+        view.snapshots[{node, replica}] = std::move(snapshot);
+        if (view.server != nullptr) {
+          view.server->send(unit_id, runtime::encode_snapshot_stored(table->epoch, node, replica, id));
+        }
+        break;
+      }
+      case schema::ControlBody::FirstOutput: {
+        const auto* m = c.body_as_FirstOutput();
+        run.record_first_output(m->epoch(), m->after_ns(), true);
+        break;
+      }
       case schema::ControlBody::UnitDone:
         if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.table()->epoch) {
           view.done[i] = true;
@@ -1073,7 +1137,17 @@ struct Runtime::Impl {
     for (const auto& l : report.lost) lost += (lost.empty() ? "" : ", ") + l;
     std::fprintf(stderr, "swarmflow: %s; placement epoch %u: %s%s%s\n", who.c_str(), epoch,
                  moved.empty() ? "nothing to move" : moved.c_str(), lost.empty() ? "" : "; lost: ", lost.c_str());
-    run->record_failover(std::move(report));
+    run->record_failover(std::move(report), now, steady_now_ns());
+    // A stateful replica moved to a unit process starts from its latest
+    // snapshot, sent ahead of the plan on the same socket.
+    for (const auto& m : plan.moved) {
+      const int to = plan.unit_of[static_cast<std::size_t>(m.first)][static_cast<std::size_t>(m.second)];
+      if (local[static_cast<std::size_t>(to)]) continue;
+      if (auto snapshot = stored_snapshot(m.first, m.second)) {
+        control_server->send(run->spec.units[static_cast<std::size_t>(to)].id,
+                             runtime::encode_restore(epoch, m.first, m.second, *snapshot));
+      }
+    }
     apply_placement(plan.unit_of, epoch);
     broadcast([&] { return runtime::plan_message(*run); });
     // Lost replicas never report; nothing else counts them as ended.
@@ -1106,6 +1180,24 @@ struct Runtime::Impl {
     }
   }
 
+  /// The snapshot a replica placed on a unit of this process starts from:
+  /// the coordinator's latest, or the one it sent ahead of the plan.
+  std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica) {
+    const std::pair<int, int> key{node, replica};
+    if (options.coordinator) {
+      if (!cluster) return nullptr;
+      std::lock_guard<std::mutex> lock(cluster->mutex);
+      const auto it = cluster->snapshots.find(key);
+      return it == cluster->snapshots.end() ? nullptr : it->second;
+    }
+    std::lock_guard<std::mutex> lock(unit_side->mutex);
+    const auto it = unit_side->restores.find(key);
+    if (it == unit_side->restores.end()) return nullptr;
+    auto snapshot = it->second;
+    unit_side->restores.erase(it);
+    return snapshot;
+  }
+
   /// Takes up a new placement in this process: hosts for the replicas placed
   /// here anew are spawned, the table is published, and every other local
   /// host is told (it replays to moved consumers, drops duplicates of moved
@@ -1132,7 +1224,8 @@ struct Runtime::Impl {
           actors[static_cast<std::size_t>(r)] = caf::actor();
         } else if (before->unit(node.index, r) != u) {
           actors[static_cast<std::size_t>(r)] =
-              runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r);
+              runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r,
+                                        stored_snapshot(node.index, r), true);
           fresh.push_back(actors[static_cast<std::size_t>(r)]);
         }
       }
@@ -1175,6 +1268,13 @@ struct Runtime::Impl {
     if (unit_side->shutdown || !d.heard()) return;
     if (!unit_side->coordinator_lost && d.suspected(now)) {
       unit_side->coordinator_lost = true;
+      // No failover without it: snapshots need not wait to be stored.
+      run->snapshots_local.store(true, std::memory_order_release);
+      for (const auto& actors : run->table()->actors) {
+        for (const auto& a : actors) {
+          if (a) runtime::send_snapshot_stored(a, UINT64_MAX);
+        }
+      }
       std::fprintf(stderr,
                    "swarmflow: %s: lost the coordinator at %s: nothing heard from it for %lld ms; "
                    "carrying on with the placement of epoch %u\n",
@@ -1183,6 +1283,7 @@ struct Runtime::Impl {
       unit_side->cv.notify_all();
     } else if (unit_side->coordinator_lost && d.available(now)) {
       unit_side->coordinator_lost = false;
+      run->snapshots_local.store(false, std::memory_order_release);
       std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
                    run->spec.coordinator.c_str());
     }
@@ -1370,6 +1471,7 @@ Status Runtime::start() {
   };
   if (Status s = m.prepare_security(); !s.ok()) return s;
   if (!m.options.coordinator) {
+    m.run->snapshots_with_coordinator = true;
     m.unit_side = std::make_shared<runtime::UnitSide>();
     m.unit_side->coordinator = std::make_unique<placement::FailureDetector>(m.run->spec.failure);
   }

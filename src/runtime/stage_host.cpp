@@ -9,6 +9,7 @@
 #include "runtime/messages.hpp"
 #include "runtime/replica_core.hpp"
 #include "runtime/run_state.hpp"
+#include "runtime/snapshot_codec.hpp"
 #include "transport/transport.hpp"
 
 namespace swarmflow::runtime {
@@ -22,7 +23,8 @@ constexpr std::size_t kMaxRemoteBatch = 256;
 /// Payloads this large go to the transport as soon as they are made.
 constexpr std::size_t kSendAloneBytes = 64u << 10;
 
-ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable& table, int node, int replica) {
+ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable& table, int node, int replica,
+                        std::shared_ptr<const ReplicaSnapshot> restore) {
   const graph::Graph& g = run->graph;
   const graph::Node& n = g.nodes[static_cast<std::size_t>(node)];
   const auto r = static_cast<std::size_t>(replica);
@@ -48,20 +50,27 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
   s.subscribers = &run->subscribers[static_cast<std::size_t>(node)];
   s.stop_requested = &run->stop_requested;
   s.clock = [] { return steady_now_ns(); };
+  if (run->snapshots_with_coordinator) {
+    s.snapshot_every = run->spec.failure.snapshot_every;
+    s.snapshot_interval_ns = static_cast<std::int64_t>(run->spec.failure.snapshot_ms) * 1'000'000;
+  }
+  s.restore = std::move(restore);
   return s;
 }
 
 class StageHost final : public ReplicaEffects {
  public:
   StageHost(caf::event_based_actor* self, std::shared_ptr<RunState> run, std::shared_ptr<const RoutingTable> table,
-            int node, int replica)
+            int node, int replica, std::shared_ptr<const ReplicaSnapshot> restore, bool replacement)
       : self_(self),
         run_(std::move(run)),
         table_(std::move(table)),
         node_(node),
         replica_(replica),
         unit_(table_->unit(node, replica)),
-        core_(make_setup(run_, *table_, node, replica), *this) {}
+        core_(make_setup(run_, *table_, node, replica, std::move(restore)), *this),
+        first_step_pending_(replacement),
+        spawned_ns_(steady_now_ns()) {}
 
   // Every handler ends with flush_outbox(): envelopes made while handling one
   // message go to each local consumer as one batch message.
@@ -118,6 +127,10 @@ class StageHost final : public ReplicaEffects {
           core_.tick(ReplicaCore::kFlush);
           flush_outbox();
         },
+        [this](stored_atom, std::uint64_t id) {
+          core_.snapshot_stored(id);
+          flush_outbox();
+        },
         [this](placement_atom, std::shared_ptr<const RoutingTable>& table) {
           if (table->epoch <= table_->epoch) return;
           PlacementChange change = placement_change(*table_, *table);
@@ -169,6 +182,15 @@ class StageHost final : public ReplicaEffects {
   }
 
   void log(const std::string& line) override { std::fprintf(stderr, "swarmflow: %s\n", line.c_str()); }
+
+  void snapshot(ReplicaSnapshot&& snapshot) override {
+    if (run_->snapshots_local.load(std::memory_order_acquire)) {
+      self_->send(self_, stored_atom::value, snapshot.id);
+      return;
+    }
+    transport().send_control(encode_snapshot(run_->spec.units[static_cast<std::size_t>(unit_)].id, table_->epoch,
+                                             node_, replica_, snapshot));
+  }
 
  private:
   // -- messages to other replicas: direct within the unit, else the transport
@@ -269,6 +291,7 @@ class StageHost final : public ReplicaEffects {
   }
 
   void flush_outbox() {
+    if (first_step_pending_ && core_.steps() > 0) report_first_step();
     for (auto& b : outbox_) {
       if (!b.envelopes.empty()) send_batch(b);
     }
@@ -300,6 +323,26 @@ class StageHost final : public ReplicaEffects {
     m.header.service_ns = service_ns;
   }
 
+  /// A replica placed by a failover finished its first step: the failover's
+  /// time to first output (its coordinator's process records it).
+  void report_first_step() {
+    first_step_pending_ = false;
+    const std::int64_t now = steady_now_ns();
+    if (!run_->snapshots_with_coordinator) {
+      run_->record_first_output(table_->epoch, now, false);
+      return;
+    }
+    const std::string& unit = run_->spec.units[static_cast<std::size_t>(unit_)].id;
+    const std::uint32_t epoch = table_->epoch;
+    const std::int64_t after = now - spawned_ns_;
+    transport().send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+      return std::make_pair(schema::ControlBody::FirstOutput,
+                            schema::CreateFirstOutput(fbb, fbb.CreateString(unit), epoch, static_cast<std::uint32_t>(node_),
+                                                      static_cast<std::uint32_t>(replica_), after)
+                                .Union());
+    }));
+  }
+
   caf::event_based_actor* self_;
   std::shared_ptr<RunState> run_;
   std::shared_ptr<const RoutingTable> table_;  ///< the placement this host routes by
@@ -309,14 +352,18 @@ class StageHost final : public ReplicaEffects {
   std::vector<Batch> outbox_;
   std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
   ReplicaCore core_;
+  bool first_step_pending_;
+  std::int64_t spawned_ns_;
 };
 
 }  // namespace
 
 caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
-                             std::shared_ptr<const RoutingTable> table, int node, int replica) {
-  return system.spawn([run = std::move(run), table = std::move(table), node, replica](caf::event_based_actor* self) {
-    auto host = std::make_shared<StageHost>(self, run, table, node, replica);
+                             std::shared_ptr<const RoutingTable> table, int node, int replica,
+                             std::shared_ptr<const ReplicaSnapshot> restore, bool replacement) {
+  return system.spawn([run = std::move(run), table = std::move(table), node, replica, restore = std::move(restore),
+                       replacement](caf::event_based_actor* self) {
+    auto host = std::make_shared<StageHost>(self, run, table, node, replica, restore, replacement);
     caf::behavior b = host->make_behavior();
     // The behavior's handlers use `host`; keep it alive as long as the actor.
     self->attach_functor([host] {});
@@ -325,6 +372,7 @@ caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState>
 }
 
 void send_start(const caf::actor& host) { caf::anon_send(host, start_atom::value); }
+void send_snapshot_stored(const caf::actor& host, std::uint64_t id) { caf::anon_send(host, stored_atom::value, id); }
 void send_stop(const caf::actor& host) { caf::anon_send(host, stop_atom::value); }
 
 }  // namespace swarmflow::runtime

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -277,6 +278,8 @@ TEST(UnitProcesses, ASigkilledWorkUnitIsTakenOverAndNothingIsLostOrDuplicated) {
   EXPECT_EQ(r["failovers"][0]["unit"], "u1");
   EXPECT_EQ(r["failovers"][0]["moved"][0], "work/0 -> u2") << r["failovers"].dump();
   EXPECT_TRUE(r["failovers"][0]["lost"].empty());
+  // The replacement finished a step: the failover has its time to first output.
+  EXPECT_TRUE(r["failovers"][0]["first_output_ms"].is_number()) << r["failovers"].dump();
   const auto& sink = r["sinks"]["sink"];
   EXPECT_EQ(sink["received"], 4000) << sink.dump();
   EXPECT_EQ(sink["lost"], 0) << sink.dump();
@@ -452,6 +455,118 @@ TEST(UnitProcesses, AUnitThatLosesTheCoordinatorCarriesOnWithItsPlacement) {
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_EQ(r["sinks"]["sink"]["received"], 1500);
   EXPECT_EQ(r["sinks"]["sink"]["lost"], 0);
+}
+
+
+/// The line of `text` that starts with `first` and the indented lines after it.
+std::string block(const std::string& text, const std::string& first) {
+  auto at = text.find(first);
+  if (at == std::string::npos) return {};
+  std::string out;
+  do {
+    const auto end = text.find('\n', at);
+    out += text.substr(at, end == std::string::npos ? std::string::npos : end - at + 1);
+    at = end == std::string::npos ? text.size() : end + 1;
+  } while (at < text.size() && text.compare(at, 2, "  ") == 0);
+  return out;
+}
+
+TEST(UnitProcesses, TheInspectionQualitySummaryIsTheSameWhenTheUnitOfBatchQualityIsKilled) {
+  // Two stations' cameras on u0, detection and measurement on u2, the
+  // stateful batch_quality on u1 (it may run on u1 or u2). u1 is killed once
+  // a batch is out: batch_quality starts again on u2 from its latest
+  // snapshot, the producers replay what it had not released, and its
+  // summary (parts, batches, yield, per-class counts and scores, measurement
+  // error) is the one a run without the fault prints.
+  TempDir dir;
+  const std::string batches = dir.file("batches.jsonl");
+  const std::string file = dir.write(
+      "inspection.yaml",
+      "pipeline: inspection_failover\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+          "\"}\n"
+          "stages:\n"
+          "  - {id: cam_a, type: video.source, replicas: 2, placement: {units: [u0]},\n"
+          "     params: {uri: \"synthetic://parts?seed=7&camera=0\", width: 1920, height: 1080, count: 40}}\n"
+          "  - {id: cam_b, type: video.source, replicas: 2, placement: {units: [u0]},\n"
+          "     params: {uri: \"synthetic://parts?seed=7&camera=1\", width: 1920, height: 1080, count: 40}}\n"
+          "  - {id: detect_a, type: inspection.defects, key: stream, inputs: {frames: cam_a/frames},\n"
+          "     queue: {capacity: 2}, placement: {units: [u2]}}\n"
+          "  - {id: detect_b, type: inspection.defects, key: stream, inputs: {frames: cam_b/frames},\n"
+          "     queue: {capacity: 2}, placement: {units: [u2]}}\n"
+          "  - {id: measure, type: inspection.measure, key: part_id, inputs: {a: cam_a/frames, b: cam_b/frames},\n"
+          "     join: {key: part_id, timeout_ms: 20000}, queue: {capacity: 16}, placement: {units: [u2]}}\n"
+          "  - {id: quality, type: inspection.batch_quality, placement: {units: [u1, u2]},\n"
+          "     inputs: {defects: [detect_a/results, detect_b/results], measurements: measure/results},\n"
+          "     params: {batch_parts: 20, report_path: \"" +
+          batches + "\"}, queue: {capacity: 64}}\n");
+  // Without the fault, in one process.
+  pid_t alone = spawn_cli({"run", file, "--quiet"}, dir.file("alone.out"), dir.file("alone.err"));
+  ASSERT_EQ(wait_exit_within(alone, kPatience), 0) << slurp(dir.file("alone.err"));
+  const std::string want = block(slurp(dir.file("alone.out")), "quality: ");
+  ASSERT_NE(want.find("80 parts in 4 batches"), std::string::npos) << want;
+  std::remove(batches.c_str());
+
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_content(batches, kPatience)) << slurp(dir.file("c.err")) << slurp(dir.file("u1.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
+  EXPECT_EQ(r["failovers"][0]["moved"][0], "quality/0 -> u2") << r["failovers"].dump();
+  const auto& counters = r["stages"]["quality"]["counters"];
+  EXPECT_EQ(counters["restored"], 1) << counters.dump();
+  EXPECT_EQ(counters["parts"], 80) << counters.dump();
+  EXPECT_EQ(counters["batches"], 4) << counters.dump();
+  EXPECT_EQ(block(slurp(dir.file("u2.out")), "quality: "), want) << slurp(dir.file("u2.err"));
+}
+
+TEST(UnitProcesses, AStatefulSinkOnAKilledUnitCarriesOnFromItsSnapshot) {
+  // sim.sink keeps each stream's next sequence number and the gaps it saw:
+  // moved to u2 from its snapshot, it goes on checking where it was, and its
+  // counters go on from theirs. Started empty instead, it would count
+  // everything before the kill as lost and report fewer received.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "sink.yaml", "pipeline: moved_sink\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
+                       dir.file("u2.sock") + "\"}\n"
+                       "stages:\n"
+                       "  - {id: source, type: sim.source, params: {count: 3000, streams: 8}, placement: {units: [u0]}}\n"
+                       "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
+                       "     placement: {units: [u1, u2]}}\n"
+                       "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
+                       "\", flush: true},\n     placement: {units: [u0]}}\n");
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_text(seen, "\"seq\":100,", kPatience)) << slurp(dir.file("c.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
+  EXPECT_EQ(r["failovers"][0]["moved"][0], "sink/0 -> u2") << r["failovers"].dump();
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_EQ(sink["received"], 3000) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  EXPECT_EQ(r["stages"]["sink"]["counters"]["restored"], 1) << r["stages"]["sink"].dump();
 }
 
 }  // namespace

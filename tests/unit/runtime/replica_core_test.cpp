@@ -137,6 +137,7 @@ struct Recorder final : ReplicaEffects {
   void finished() override { done = true; }
   void failed(const std::string& message) override { failure = message; }
   void log(const std::string& line) override { logs.push_back(line); }
+  void snapshot(ReplicaSnapshot&&) override {}
 
   int credits_returned() const {
     int n = 0;
