@@ -93,6 +93,9 @@ struct CoordinatorReport {
 /// One failover: a unit declared dead and its replicas placed anew.
 struct FailoverReport {
   std::string unit;            ///< the unit declared dead
+  /// "dead" (its failure detector declared it dead) or "left" (it asked to
+  /// leave: `Runtime::leave`, SIGTERM to `swarmflow unit`).
+  std::string cause = "dead";
   double detected_s = 0;       ///< when, in seconds since the run started
   std::int64_t silent_ms = 0;  ///< how long nothing had been heard from it
   std::uint32_t epoch = 0;     ///< the placement epoch it started

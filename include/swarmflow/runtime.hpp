@@ -81,6 +81,14 @@ class Runtime {
   /// shows as such in the report). For a second Ctrl-C, or a unit process
   /// whose peers are gone.
   void abort(const std::string& reason);
+  /// In a unit process (`coordinator = false`): leaves the running pipeline
+  /// without ending it. The coordinator places this unit's replicas on the
+  /// others at once (a failover without waiting for the failure detector;
+  /// producers replay what they had not released), this unit stops them,
+  /// sends its figures and leaves; the run goes on. Fails when this is the
+  /// coordinator's process or the coordinator is gone (then use
+  /// request_stop or abort). Safe from any thread.
+  Status leave();
   /// Blocks until the run has ended; returns its status.
   Status wait();
   /// `start` then `wait`.

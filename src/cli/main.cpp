@@ -79,6 +79,9 @@ std::set<std::string> keyed_stages(swarmflow::Runtime& rt, const std::string& fi
 /// How long a unit process waits for its peers to drain after a signal
 /// before it leaves without them.
 constexpr int kUnitDrainMs = 500;
+/// How long a unit process that asked to leave waits for the coordinator
+/// to hand its replicas over before it stops as if it could not.
+constexpr int kUnitHandOverMs = 5000;
 
 int cmd_run(const RunArgs& args) {
   swarmflow::RuntimeOptions options;
@@ -100,6 +103,8 @@ int cmd_run(const RunArgs& args) {
   auto last_print = t0;
   swarmflow::RunReport previous = rt.report();
   bool stop_sent = false;
+  bool leave_asked = false;
+  bool leaving = false;
   auto stop_time = t0;
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(args.coordinator ? 100 : 20));
@@ -107,7 +112,22 @@ int cmd_run(const RunArgs& args) {
     if (now.finished) break;
     const auto t = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(t - t0).count();
-    if (!stop_sent && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
+    // A unit process asked to stop leaves the run: the coordinator hands its
+    // replicas over to the other units and the run goes on without it.
+    if (!stop_sent && !leave_asked && !args.coordinator && g_signals.load() > 0) {
+      leave_asked = true;
+      leaving = rt.leave().ok();
+      if (leaving) {
+        stop_time = t;
+        continue;
+      }
+    }
+    // No handover (the coordinator is gone, or it does not answer): stop as below.
+    if (leaving && (!rt.leave().ok() ||
+                    std::chrono::duration<double, std::milli>(t - stop_time).count() >= kUnitHandOverMs)) {
+      leaving = false;
+    }
+    if (!stop_sent && !leaving && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
       if (g_signals.load() > 0 && !args.quiet) {
         std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
       }

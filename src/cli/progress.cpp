@@ -182,8 +182,8 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
       for (const auto& l : f.lost) lost += (lost.empty() ? "" : ", ") + l;
       std::string first;
       if (f.first_output_ms >= 0) first = format("; first output %.1f ms after", f.first_output_ms);
-      out += format("  %8.2f s  unit %s dead (silent %" PRId64 " ms), epoch %u: %s%s%s%s\n", f.detected_s,
-                    f.unit.c_str(), f.silent_ms, f.epoch, moved.empty() ? "nothing moved" : moved.c_str(),
+      const std::string what = f.cause == "left" ? std::string("left") : format("dead (silent %" PRId64 " ms)", f.silent_ms);
+      out += format("  %8.2f s  unit %s %s, epoch %u: %s%s%s%s\n", f.detected_s, f.unit.c_str(), what.c_str(), f.epoch, moved.empty() ? "nothing moved" : moved.c_str(),
                     first.c_str(), lost.empty() ? "" : "; lost with it (what they had not sent): ", lost.c_str());
     }
   }

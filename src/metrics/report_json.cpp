@@ -111,6 +111,7 @@ std::string RunReport::to_json() const {
   for (const FailoverReport& f : failovers) {
     Json fj = Json::object();
     fj["unit"] = f.unit;
+    fj["cause"] = f.cause;
     fj["detected_s"] = f.detected_s;
     fj["silent_ms"] = f.silent_ms;
     fj["epoch"] = f.epoch;

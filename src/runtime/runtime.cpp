@@ -480,6 +480,8 @@ struct ClusterView {
   std::vector<bool> dead;       ///< declared dead by its detector
   std::vector<bool> rejoining;  ///< dead, heard again: gets the plan in force, then Go
   std::vector<bool> plan_sent;  ///< a rejoining unit has been sent the plan
+  std::vector<bool> leaving;    ///< asked to leave; its replicas are not handed over yet
+  std::vector<bool> left;       ///< asked to leave and handed its replicas over
   std::uint64_t stale_messages = 0;  ///< from units declared dead, other than a new heartbeat
   /// Every message from a unit is a heartbeat for its detector.
   std::unique_ptr<placement::FailureDetectors> detectors;
@@ -519,6 +521,8 @@ struct UnitSide {
   /// Every message from the coordinator is a heartbeat for this detector.
   std::unique_ptr<placement::FailureDetector> coordinator;
   bool coordinator_lost = false;  ///< declared dead, and nothing heard since
+  bool leaving = false;           ///< Runtime::leave: this unit hands its replicas over and leaves
+  std::uint32_t leave_epoch = 0;  ///< the epoch when it asked; the handover is a newer one
   /// Snapshots to start replicas placed here from, by (node, replica), as
   /// the coordinator sent them before a plan.
   std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> restores;
@@ -925,6 +929,8 @@ struct Runtime::Impl {
     cluster->dead.assign(n, false);
     cluster->rejoining.assign(n, false);
     cluster->plan_sent.assign(n, false);
+    cluster->leaving.assign(n, false);
+    cluster->left.assign(n, false);
     cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
@@ -954,6 +960,20 @@ struct Runtime::Impl {
       return;
     }
     const auto i = static_cast<std::size_t>(u);
+    if (view.left[i]) {
+      // It handed its replicas over: only its figures are still wanted; then
+      // it may go.
+      if (c.body_type() == schema::ControlBody::UnitDone && !view.done[i]) {
+        view.done[i] = true;
+        runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
+        if (view.server != nullptr) {
+          view.server->send(unit_id, runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown,
+                                                                               run.table()->epoch));
+        }
+        view.cv.notify_all();
+      }
+      return;
+    }
     if (view.dead[i]) {
       // A unit declared dead speaks again: a restarted process joins anew as
       // a unit without replicas (its replicas live elsewhere now); anything
@@ -999,6 +1019,10 @@ struct Runtime::Impl {
         }
         break;
       }
+      case schema::ControlBody::Leaving:
+        // Handed over by the failure watch, like a unit declared dead.
+        if (!view.leaving[i]) view.leaving[i] = true;
+        break;
       case schema::ControlBody::FirstOutput: {
         const auto* m = c.body_as_FirstOutput();
         run.record_first_output(m->epoch(), m->after_ns(), true);
@@ -1083,7 +1107,11 @@ struct Runtime::Impl {
     std::unique_lock<std::mutex> lock(cluster->mutex);
     welcome_back(lock);
     const auto dead = cluster->detectors->declare_dead(now);
-    if (dead.empty()) return;
+    std::vector<std::size_t> leavers;
+    for (std::size_t u = 0; u < cluster->leaving.size(); ++u) {
+      if (cluster->leaving[u] && !cluster->left[u] && !cluster->dead[u]) leavers.push_back(u);
+    }
+    if (dead.empty() && leavers.empty()) return;
     std::string who;
     for (const auto& d : dead) {
       cluster->dead[d.unit] = true;
@@ -1093,9 +1121,16 @@ struct Runtime::Impl {
                                           std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
                                           " reached failure.phi_threshold)");
     }
+    for (std::size_t u : leavers) {
+      // It hands its replicas over now; its detector stops watching it.
+      cluster->left[u] = true;
+      cluster->detectors->retire(u);
+      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[u].id + "' is leaving (it was asked to stop)");
+    }
     std::vector<bool> usable(local.size());
     for (std::size_t u = 0; u < usable.size(); ++u) {
-      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u] && !cluster->rejoining[u]);
+      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u] && !cluster->rejoining[u] &&
+                               !cluster->left[u]);
     }
     std::vector<bool> is_source;
     for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
@@ -1118,6 +1153,11 @@ struct Runtime::Impl {
       report.unit += run->spec.units[d.unit].id;
       report.silent_ms = std::max<std::int64_t>(report.silent_ms, d.silent_ns / 1'000'000);
     }
+    for (std::size_t u : leavers) {
+      if (!report.unit.empty()) report.unit += ",";
+      report.unit += run->spec.units[u].id;
+    }
+    if (dead.empty()) report.cause = "left";
     report.detected_s = static_cast<double>(now - run->start_ns) / 1e9;
     report.epoch = epoch;
     const auto name = [&](const std::pair<int, int>& r) {
@@ -1589,6 +1629,37 @@ void Runtime::abort(const std::string& reason) {
   if (impl_->run) impl_->run->abort(reason);
 }
 
+Status Runtime::leave() {
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (m.options.coordinator) {
+    return Status::error("the coordinator's process cannot leave its own run", StatusCode::failed_precondition);
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.unit_side->mutex);
+    if (m.unit_side->coordinator_lost) {
+      return Status::error("the coordinator is gone: nobody can take this unit's replicas over",
+                           StatusCode::unavailable);
+    }
+    if (m.unit_side->leaving) return {};
+    m.unit_side->leaving = true;
+    m.unit_side->leave_epoch = m.unit_side->epoch;
+  }
+  m.unit_side->cv.notify_all();
+  for (std::size_t u = 0; u < m.local.size(); ++u) {
+    if (!m.local[u]) continue;
+    const std::string id = m.run->spec.units[u].id;
+    const std::uint32_t epoch = m.run->table()->epoch;
+    m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+      return std::make_pair(schema::ControlBody::Leaving,
+                            schema::CreateLeaving(fbb, fbb.CreateString(id), epoch).Union());
+    }));
+  }
+  std::fprintf(stderr, "swarmflow: %s: leaving: the coordinator hands its replicas over to the other units\n",
+               m.local_unit_names().c_str());
+  return {};
+}
+
 Status Runtime::wait() {
   Impl& m = *impl_;
   if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
@@ -1599,7 +1670,13 @@ Status Runtime::wait() {
   // declared dead, say) stays available to failover until the coordinator
   // ends the run or is lost; replicas placed on it meanwhile are waited for.
   while (!m.options.coordinator && !m.run->aborted() && m.run->replicas_total() == 0) {
-    if (m.wait_unit_side([](runtime::UnitSide& s) { return s.shutdown || s.coordinator_lost; }, 100)) break;
+    if (m.wait_unit_side(
+            [](runtime::UnitSide& s) {
+              return s.shutdown || s.coordinator_lost || (s.leaving && s.epoch > s.leave_epoch);
+            },
+            100)) {
+      break;
+    }
     m.run->wait_finished(-1);
   }
   if (!m.options.coordinator) {

@@ -403,6 +403,25 @@ TEST(UnitProcesses, AKilledUnitStartedAgainRejoinsAndTakesWorkAtTheNextFailover)
   }
 }
 
+TEST(UnitProcesses, AUnitStoppedWithSigtermHandsItsReplicasOverAndTheRunGoesOn) {
+  // u1 gets SIGTERM mid-stream: it asks to leave, the coordinator places
+  // its replica on u2 at once (no failure detector involved), the source
+  // replays what u1 had not released, and u1 leaves with exit 0. The run
+  // goes on to the end with nothing lost or duplicated.
+  KeyedWorkCluster c;
+  ASSERT_TRUE(wait_for_content(c.seen, kPatience)) << slurp(c.clog);
+  kill(c.u1, SIGTERM);
+  EXPECT_EQ(wait_exit_within(c.u1, kPatience), 0) << slurp(c.dir.file("u1.err"));
+  c.u1 = -1;
+  ASSERT_TRUE(wait_for_text(c.clog, "unit 'u1' is leaving", kPatience)) << slurp(c.clog);
+  const auto r = c.finish_and_check(1);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["failovers"][0]["cause"], "left") << r["failovers"].dump();
+  EXPECT_EQ(r["failovers"][0]["moved"][0], "work/0 -> u2") << r["failovers"].dump();
+  EXPECT_EQ(slurp(c.clog).find("is dead"), std::string::npos) << slurp(c.clog);
+  EXPECT_NE(slurp(c.dir.file("u1.err")).find("leaving"), std::string::npos) << slurp(c.dir.file("u1.err"));
+}
+
 TEST(UnitProcesses, AUnitPausedPastTheDetectorIsFencedWhenItComesBack) {
   // u1 is stopped (SIGSTOP) long enough to be declared dead: its replica
   // runs on u2. Then u1 is continued: what it still sends is refused, it
