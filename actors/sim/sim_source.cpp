@@ -1,4 +1,5 @@
 #include <cstring>
+#include <sstream>
 
 #include <swarmflow/schema/blob_generated.h>
 #include <swarmflow/stage.hpp>
@@ -30,6 +31,10 @@ Status SimSource::start(StageContext& ctx) {
 
 Status SimSource::process(Inputs&, Outputs& out, StageContext& ctx) {
   if (ctx.stop_requested() || (count_ > 0 && produced_ >= count_)) return Status::end_of_stream();
+  if (rebase_pacing_) {
+    rebase_pacing_ = false;
+    if (rate_hz_ > 0) start_ns_ = ctx.now_ns() - static_cast<std::int64_t>(static_cast<double>(produced_) * 1e9 / rate_hz_);
+  }
   if (rate_hz_ > 0) {
     // Paced: the host calls again when the next envelope is due.
     const auto due = start_ns_ + static_cast<std::int64_t>(static_cast<double>(produced_) * 1e9 / rate_hz_);
@@ -52,6 +57,25 @@ Status SimSource::process(Inputs&, Outputs& out, StageContext& ctx) {
   fbb.Finish(schema::CreateBlob(fbb, h.stream, h.seq, data), schema::BlobIdentifier());
   out.emit(out_, Payload::from_builder(fbb), h);
   ++produced_;
+  return {};
+}
+
+bool SimSource::snapshot(std::string& out) const {
+  out = std::to_string(produced_);
+  for (std::uint64_t seq : next_seq_) out += " " + std::to_string(seq);
+  return true;
+}
+
+Status SimSource::restore(const std::string& state) {
+  std::istringstream in(state);
+  std::int64_t produced = 0;
+  std::vector<std::uint64_t> next(next_seq_.size());
+  bool ok = static_cast<bool>(in >> produced);
+  for (auto& seq : next) ok = ok && static_cast<bool>(in >> seq);
+  if (!ok) return Status::error("sim.source: a snapshot it cannot read", StatusCode::invalid_argument);
+  produced_ = produced;
+  next_seq_ = std::move(next);
+  rebase_pacing_ = true;
   return {};
 }
 

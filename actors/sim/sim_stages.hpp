@@ -18,6 +18,10 @@ class SimSource final : public Stage {
   void setup(StageSpec& s) override;
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+  /// Its position (envelopes made, each stream's next sequence number): a
+  /// failover restarts it elsewhere from there.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
  private:
   OutputPort<schema::Blob> out_;
@@ -29,6 +33,7 @@ class SimSource final : public Stage {
   std::vector<std::uint64_t> next_seq_;
   std::int64_t produced_ = 0;
   std::int64_t start_ns_ = 0;
+  bool rebase_pacing_ = false;  ///< restored: paced from the next step on
 };
 
 class SimWork final : public Stage {

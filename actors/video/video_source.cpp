@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <filesystem>
+#include <sstream>
 #include <utility>
 
 #include "video/gst_support.hpp"
@@ -175,7 +176,31 @@ Status VideoSource::produce_captured(Outputs& out, StageContext& ctx) {
   return Status::end_of_stream();
 }
 
+bool VideoSource::snapshot(std::string& out) const {
+  if (!synthetic_) return false;
+  out = std::to_string(next_index_) + " " + std::to_string(delivered_);
+  return true;
+}
+
+Status VideoSource::restore(const std::string& state) {
+  std::istringstream in(state);
+  std::uint64_t next = 0;
+  std::int64_t delivered = 0;
+  if (!synthetic_ || !(in >> next >> delivered)) {
+    return Status::error("video.source: a snapshot it cannot read", StatusCode::invalid_argument);
+  }
+  next_index_ = next;
+  delivered_ = delivered;
+  rebase_pacing_ = true;
+  return {};
+}
+
 Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
+  if (rebase_pacing_) {
+    rebase_pacing_ = false;
+    first_index_ = next_index_;
+    start_ns_ = ctx.now_ns();
+  }
   if (fps_ > 0) {
     const auto due =
         start_ns_ + static_cast<std::int64_t>(static_cast<double>(next_index_ - first_index_) * 1e9 / fps_);

@@ -69,6 +69,10 @@ class VideoSource final : public Stage {
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
   void stop(StageContext& ctx) override;
+  /// A synthetic camera's position (the next frame, frames delivered): a
+  /// failover restarts it elsewhere from there. Other sources have none.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
  private:
   Status start_synthetic(StageContext& ctx);
@@ -97,6 +101,7 @@ class VideoSource final : public Stage {
   std::int64_t delivered_ = 0;    ///< frames emitted, compared with count
   std::int64_t start_ns_ = 0;
   std::uint64_t first_index_ = 0;
+  bool rebase_pacing_ = false;  ///< restored: paced from the next frame on
   std::unique_ptr<SyntheticParts> synthetic_;
   std::unique_ptr<GstCapture> capture_;
   std::atomic<std::int64_t>* frames_counter_ = nullptr;

@@ -5,7 +5,8 @@
 namespace swarmflow::placement {
 
 FailoverPlan place_after_failure(const config::PipelineSpec& spec, const std::vector<bool>& is_source,
-                                 const std::vector<std::vector<int>>& unit_of, const std::vector<bool>& usable) {
+                                 const std::vector<std::vector<int>>& unit_of, const std::vector<bool>& usable,
+                                 const std::vector<std::vector<bool>>& restartable) {
   FailoverPlan plan;
   plan.unit_of = unit_of;
   const std::size_t units = spec.units.size();
@@ -33,7 +34,9 @@ FailoverPlan place_after_failure(const config::PipelineSpec& spec, const std::ve
       const int u = unit_of[s][r];
       if (u == kLost || alive(u)) continue;
       const std::pair<int, int> id{static_cast<int>(s), static_cast<int>(r)};
-      if (s < is_source.size() && is_source[s]) {
+      const bool source = s < is_source.size() && is_source[s];
+      const bool restarts = source && s < restartable.size() && r < restartable[s].size() && restartable[s][r];
+      if (source && !restarts) {
         plan.unit_of[s][r] = kLost;
         plan.lost.push_back(id);
         continue;
@@ -50,7 +53,7 @@ FailoverPlan place_after_failure(const config::PipelineSpec& spec, const std::ve
       if (best < 0) {
         plan.unit_of[s][r] = kLost;
         plan.lost.push_back(id);
-        if (plan.refused.empty()) {
+        if (plan.refused.empty() && !source) {
           plan.refused = "replica " + std::to_string(r) + " of stage '" + stage.id +
                          "' has no unit left that its placement allows";
         }

@@ -26,11 +26,15 @@ struct FailoverPlan {
 /// Places every replica of a unit that is not `usable` (dead) on the usable
 /// unit its `placement.units` allows with the lowest load after taking it,
 /// where load is replicas hosted over threads x speed, stage by stage in
-/// file order, ties to the lower unit index (as place_static). A source's
-/// replica is not moved but lost: what it had not sent died with it, and a
-/// new one would send its stream again from the start. `is_source[stage]`
-/// says which stages are sources. A replica already lost stays lost.
+/// file order, ties to the lower unit index (as place_static).
+/// `is_source[stage]` says which stages are sources. A source's replica is
+/// moved the same way only if `restartable[stage][replica]` (a snapshot of
+/// its position is kept off its unit, so it goes on from there); otherwise,
+/// or when its placement allows no unit left, it is lost (what it had not
+/// sent died with it), which does not refuse the failover. A replica
+/// already lost stays lost.
 FailoverPlan place_after_failure(const config::PipelineSpec& spec, const std::vector<bool>& is_source,
-                                 const std::vector<std::vector<int>>& unit_of, const std::vector<bool>& usable);
+                                 const std::vector<std::vector<int>>& unit_of, const std::vector<bool>& usable,
+                                 const std::vector<std::vector<bool>>& restartable = {});
 
 }  // namespace swarmflow::placement

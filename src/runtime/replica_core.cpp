@@ -43,6 +43,21 @@ std::size_t output_hold(const graph::Graph& g, const graph::Node& n) {
 
 std::size_t join_set_limit(int capacity) { return kJoinSetsPerCredit * static_cast<std::size_t>(std::max(1, capacity)); }
 
+namespace {
+
+/// Keys a consumer remembers per producer replica on `edge` for duplicate
+/// detection: 4 x what the producer may retain for it.
+std::size_t dedup_window(const graph::Graph& g, const graph::Edge& edge) {
+  const graph::Node& n = g.nodes[static_cast<std::size_t>(edge.to_node)];
+  return kDedupWindowPerRetained *
+         (retention_limit(edge.capacity,
+                          n.decl->join.enabled ? n.in_edges.size() * join_set_limit(n.decl->queue.capacity) : 0) +
+          output_hold(g, n));
+}
+
+}  // namespace
+
+
 ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(std::move(setup)), effects_(effects) {
   const graph::Graph& g = *setup_.graph;
   const graph::Node& n = g.nodes[static_cast<std::size_t>(setup_.node)];
@@ -57,12 +72,7 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
     in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
                          std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)], {}});
-    // The dedup window: 4 x what the producer may retain for this replica.
-    const std::size_t window =
-        kDedupWindowPerRetained *
-        (retention_limit(edge.capacity,
-                         n.decl->join.enabled ? n.in_edges.size() * join_set_limit(n.decl->queue.capacity) : 0) +
-         output_hold(g, n));
+    const std::size_t window = dedup_window(g, edge);
     in_.back().upstream.resize(static_cast<std::size_t>(upstream));
     for (auto& up : in_.back().upstream) up.seen.resize(window);
     eos_remaining_ += upstream;
@@ -73,8 +83,17 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     join_ports_.assign(n.spec.inputs().size(), false);
     for (int e : n.in_edges) join_ports_[static_cast<std::size_t>(g.edges[static_cast<std::size_t>(e)].to_port)] = true;
   }
+  // A source restarted from its snapshot sends again what it made after it
+  // (up to kMaxPendingSnapshots of them taken and not yet stored, and what
+  // its consumers had not accepted): its consumers must recognise all of
+  // that as duplicates, so it snapshots every eighth of what they remember.
+  source_snapshot_every_ = static_cast<std::uint64_t>(std::max(1, setup_.snapshot_every));
   for (int e : n.out_edges) {
     const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
+    if (source_) {
+      source_snapshot_every_ =
+          std::min<std::uint64_t>(source_snapshot_every_, std::max<std::size_t>(1, dedup_window(g, edge) / 8));
+    }
     const graph::Node& to = g.nodes[static_cast<std::size_t>(edge.to_node)];
     const int downstream = to.decl->replicas;
     out_index_[static_cast<std::size_t>(e)] = static_cast<int>(out_.size());
@@ -174,7 +193,8 @@ void ReplicaCore::end_event() {
   if (!snapshots_pending_.empty()) send_snapshots();
   flush_releases();
   if (finished_ && !left_) maybe_leave();
-  if (!flush_scheduled_ && queue_.empty() && (owes_acks() || (stateful_ && snapshot_taken_ < next_ordinal_))) {
+  if (!flush_scheduled_ && queue_.empty() &&
+      (owes_acks() || (stateful_ && !source_ && snapshot_taken_ < next_ordinal_))) {
     flush_scheduled_ = true;
     effects_.schedule(kFlush, setup_.clock() + kIdleFlushNs);
   }
@@ -972,9 +992,11 @@ bool ReplicaCore::restore_state() {
 void ReplicaCore::maybe_snapshot(bool idle) {
   if (!stateful_ || !stage_ || failed_ || finished_ || snapshot_taken_ == next_ordinal_) return;
   if (snapshots_pending_.size() >= kMaxPendingSnapshots) return;
+  // A source never idles in this sense: its cadence is its steps.
+  if (source_ && idle) return;
   const std::int64_t now = setup_.clock();
-  const bool due = idle || next_ordinal_ - snapshot_taken_ >= static_cast<std::uint64_t>(setup_.snapshot_every) ||
-                   now - snapshot_ns_ >= setup_.snapshot_interval_ns;
+  const std::uint64_t every = source_ ? source_snapshot_every_ : static_cast<std::uint64_t>(setup_.snapshot_every);
+  const bool due = idle || next_ordinal_ - snapshot_taken_ >= every || now - snapshot_ns_ >= setup_.snapshot_interval_ns;
   if (due) take_snapshot();
 }
 
@@ -1087,6 +1109,9 @@ void ReplicaCore::pull() {
     defer_until_ = 0;
     inputs_.reset(-1, nullptr);
     outputs_.reset(EnvelopeHeader{});
+    // A source's steps are numbered like a stage's inputs: the origin of
+    // what each makes, so a snapshot knows when all before it is accepted.
+    origin_ = next_ordinal_;
     Status s = call_process();
     if (s.is_end_of_stream()) {
       source_done_ = true;
@@ -1107,6 +1132,7 @@ void ReplicaCore::pull() {
     // returns nothing and fails again is still failing.
     if (!outputs_.items().empty()) {
       ++steps_;
+      ++next_ordinal_;
       consecutive_failures_ = 0;
       setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
     }

@@ -364,6 +364,10 @@ class ReplicaCore final : public StageContext {
   std::uint64_t snapshot_taken_ = 0;     ///< ordinals before this are in a snapshot taken
   std::uint64_t snapshot_frontier_ = 0;  ///< ordinals before this are in a snapshot stored
   std::int64_t snapshot_ns_ = 0;         ///< when the last one was taken
+  /// A source's cadence: an eighth of what its consumers remember for
+  /// duplicate detection, since a restarted source sends again all it made
+  /// after its latest stored snapshot.
+  std::uint64_t source_snapshot_every_ = 1;
   struct PendingSnapshot {
     std::uint64_t id;
     std::uint64_t ordinal;

@@ -1136,7 +1136,16 @@ struct Runtime::Impl {
     for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
     const auto table = run->table();
     const bool running = run->start_ns > 0 && !run->finished();
-    const placement::FailoverPlan plan = placement::place_after_failure(run->spec, is_source, table->unit_of, usable);
+    // A source whose position is kept here restarts elsewhere from it.
+    std::vector<std::vector<bool>> restartable(table->unit_of.size());
+    for (std::size_t s = 0; s < restartable.size(); ++s) restartable[s].assign(table->unit_of[s].size(), false);
+    for (const auto& [key, snapshot] : cluster->snapshots) {
+      const auto s = static_cast<std::size_t>(key.first);
+      const auto r = static_cast<std::size_t>(key.second);
+      if (s < restartable.size() && r < restartable[s].size()) restartable[s][r] = true;
+    }
+    const placement::FailoverPlan plan =
+        placement::place_after_failure(run->spec, is_source, table->unit_of, usable, restartable);
     if (!running || !plan.refused.empty()) {
       const std::string message =
           who + (running ? "; its work cannot be taken over (" + plan.refused + "), so the run ends"

@@ -588,4 +588,46 @@ TEST(UnitProcesses, AStatefulSinkOnAKilledUnitCarriesOnFromItsSnapshot) {
   EXPECT_EQ(r["stages"]["sink"]["counters"]["restored"], 1) << r["stages"]["sink"].dump();
 }
 
+TEST(UnitProcesses, ASourceOnAKilledUnitRestartsElsewhereFromItsPosition) {
+  // sim.source on u1 (its placement allows u2 too) feeds the sink on u0. u1
+  // is killed mid-stream: the source restarts on u2 from its latest stored
+  // snapshot, sends again what came after it, and the sink drops those as
+  // duplicates: every envelope arrives once, in order.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "source.yaml", "pipeline: moved_source\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
+                         dir.file("u2.sock") + "\"}\n"
+                         "stages:\n"
+                         "  - {id: source, type: sim.source, params: {count: 3000, streams: 8},\n"
+                         "     placement: {units: [u1, u2]}}\n"
+                         "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
+                         "     placement: {units: [u0]}}\n"
+                         "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
+                         "\", flush: true},\n     placement: {units: [u0]}}\n");
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_text(seen, "\"seq\":100,", kPatience)) << slurp(dir.file("c.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
+  EXPECT_EQ(r["failovers"][0]["moved"][0], "source/0 -> u2") << r["failovers"].dump();
+  EXPECT_TRUE(r["failovers"][0]["lost"].empty()) << r["failovers"].dump();
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_EQ(sink["received"], 3000) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  EXPECT_EQ(r["stages"]["source"]["counters"]["restored"], 1) << r["stages"]["source"].dump();
+}
+
 }  // namespace

@@ -85,6 +85,21 @@ TEST(PlaceAfterFailure, ASourceOnADeadUnitIsLostNotRestarted) {
   EXPECT_TRUE(plan.moved.empty());
 }
 
+TEST(PlaceAfterFailure, ASourceWithASnapshotRestartsElsewhereUnlessItsPlacementPinsIt) {
+  // camera replicas 0 and 1 on u1 with snapshots; replica 1 is pinned to u1
+  // alone by a stage of its own: it is lost, not refused.
+  auto spec = spec_with({unit("u0"), unit("u1"), unit("u2")},
+                        {stage("camera", 2, {"u1", "u2"}), stage("pinned", 1, {"u1"}), stage("sink", 1, {"u0"})});
+  const std::vector<std::vector<bool>> restartable = {{true, false}, {true}, {false}};
+  const auto plan =
+      place_after_failure(spec, {true, true, false}, {{1, 1}, {1}, {0}}, {true, false, true}, restartable);
+  EXPECT_TRUE(plan.refused.empty()) << plan.refused;
+  EXPECT_EQ(plan.unit_of[0], std::vector<int>({2, kLost}));  // replica 1 has no snapshot
+  EXPECT_EQ(plan.unit_of[1], std::vector<int>({kLost}));     // nowhere its placement allows
+  EXPECT_EQ(plan.moved, (std::vector<std::pair<int, int>>{{0, 0}}));
+  EXPECT_EQ(plan.lost, (std::vector<std::pair<int, int>>{{0, 1}, {1, 0}}));
+}
+
 TEST(PlaceAfterFailure, PinsAreHonouredAndAReplicaWithNowhereToGoRefusesTheFailover) {
   auto spec = spec_with({unit("u0"), unit("u1"), unit("u2")},
                         {stage("src", 1, {"u0"}), stage("gpu", 1, {"u1", "u2"}), stage("disk", 1, {"u1"})});
