@@ -481,6 +481,11 @@ struct ClusterView {
   std::vector<bool> rejoining;  ///< dead, heard again: gets the plan in force, then Go
   std::vector<bool> plan_sent;  ///< a rejoining unit has been sent the plan
   std::vector<bool> leaving;    ///< asked to leave; its replicas are not handed over yet
+  /// Placement epoch in each unit's heartbeats: above 0, the unit is in a
+  /// run already (this coordinator was started again and takes it over).
+  std::vector<std::uint32_t> heard_epoch;
+  /// The placement each unit runs by, from its UnitState (a takeover).
+  std::vector<std::optional<std::pair<std::uint32_t, std::vector<std::vector<int>>>>> unit_state;
   std::vector<bool> left;       ///< asked to leave and handed its replicas over
   std::uint64_t stale_messages = 0;  ///< from units declared dead, other than a new heartbeat
   /// Every message from a unit is a heartbeat for its detector.
@@ -521,6 +526,8 @@ struct UnitSide {
   /// Every message from the coordinator is a heartbeat for this detector.
   std::unique_ptr<placement::FailureDetector> coordinator;
   bool coordinator_lost = false;  ///< declared dead, and nothing heard since
+  std::int64_t coordinator_pid = 0;  ///< of the coordinator heard last
+  bool new_coordinator = false;      ///< one not heard before: tell it the run's state
   bool leaving = false;           ///< Runtime::leave: this unit hands its replicas over and leaves
   std::uint32_t leave_epoch = 0;  ///< the epoch when it asked; the handover is a newer one
   /// Snapshots to start replicas placed here from, by (node, replica), as
@@ -551,18 +558,44 @@ void stop_local_sources(RunState& run) {
 /// A replica lost with its unit, as a PlacementPlan says it.
 constexpr std::uint32_t kLostInPlan = 0xffffffffu;
 
+flatbuffers::Offset<schema::PlacementPlan> build_plan(flatbuffers::FlatBufferBuilder& fbb, const RoutingTable& table) {
+  std::vector<std::uint32_t> counts;
+  std::vector<std::uint32_t> units;
+  for (const auto& replicas : table.unit_of) {
+    counts.push_back(static_cast<std::uint32_t>(replicas.size()));
+    for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
+  }
+  return schema::CreatePlacementPlan(fbb, table.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
+}
+
 transport::ControlBuffer plan_message(const RunState& run) {
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    std::vector<std::uint32_t> counts;
-    std::vector<std::uint32_t> units;
-    const auto table = run.table();
-    for (const auto& replicas : table->unit_of) {
-      counts.push_back(static_cast<std::uint32_t>(replicas.size()));
-      for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
-    }
-    auto body = schema::CreatePlacementPlan(fbb, table->epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
-    return std::make_pair(schema::ControlBody::PlacementPlan, body.Union());
+    return std::make_pair(schema::ControlBody::PlacementPlan, build_plan(fbb, *run.table()).Union());
   });
+}
+
+/// The unit of every replica in a verified plan; false when it is not this
+/// pipeline's (another file's, or units out of range).
+bool decode_plan(const RunState& run, const schema::PlacementPlan& p, std::vector<std::vector<int>>* out) {
+  if (p.stage_replicas() == nullptr || p.units() == nullptr) return false;
+  std::vector<std::vector<int>> plan;
+  std::size_t next = 0;
+  const auto& nodes = run.graph.nodes;
+  if (p.stage_replicas()->size() != nodes.size()) return false;
+  for (std::size_t node = 0; node < nodes.size(); ++node) {
+    const auto n = p.stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
+    if (n != static_cast<std::uint32_t>(nodes[node].decl->replicas)) return false;
+    std::vector<int> replicas;
+    for (std::uint32_t r = 0; r < n; ++r, ++next) {
+      if (next >= p.units()->size()) return false;
+      const std::uint32_t u = p.units()->Get(static_cast<flatbuffers::uoffset_t>(next));
+      if (u >= run.spec.units.size() && u != kLostInPlan) return false;
+      replicas.push_back(u == kLostInPlan ? kLostUnit : static_cast<int>(u));
+    }
+    plan.push_back(std::move(replicas));
+  }
+  *out = std::move(plan);
+  return true;
 }
 
 template <class Body>
@@ -849,28 +882,18 @@ struct Runtime::Impl {
     std::lock_guard<std::mutex> lock(side.mutex);
     if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
     switch (c.body_type()) {
+      case schema::ControlBody::Heartbeat: {
+        const std::int64_t pid = c.body_as_Heartbeat()->pid();
+        if (side.coordinator_pid != 0 && pid != side.coordinator_pid) side.new_coordinator = true;
+        side.coordinator_pid = pid;
+        break;
+      }
       case schema::ControlBody::PlacementPlan: {
         const auto* p = c.body_as_PlacementPlan();
-        if (p->stage_replicas() == nullptr || p->units() == nullptr) break;
         if (side.has_plan && p->epoch() <= side.epoch) break;
         std::vector<std::vector<int>> plan;
-        std::size_t next = 0;
-        const auto& nodes = run.graph.nodes;
-        bool fits = p->stage_replicas()->size() == nodes.size();
-        for (std::size_t node = 0; fits && node < nodes.size(); ++node) {
-          const auto n = p->stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
-          fits = n == static_cast<std::uint32_t>(nodes[node].decl->replicas);
-          std::vector<int> replicas;
-          for (std::uint32_t r = 0; fits && r < n; ++r, ++next) {
-            fits = next < p->units()->size();
-            if (!fits) break;
-            const std::uint32_t u = p->units()->Get(static_cast<flatbuffers::uoffset_t>(next));
-            fits = u < run.spec.units.size() || u == runtime::kLostInPlan;
-            if (fits) replicas.push_back(u == runtime::kLostInPlan ? runtime::kLostUnit : static_cast<int>(u));
-          }
-          plan.push_back(std::move(replicas));
-        }
-        if (!fits) break;  // not this pipeline's plan; the coordinator runs another file
+        // Not this pipeline's plan: the coordinator runs another file.
+        if (!runtime::decode_plan(run, *p, &plan)) break;
         side.plan = std::move(plan);
         side.epoch = p->epoch();
         if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
@@ -930,6 +953,8 @@ struct Runtime::Impl {
     cluster->rejoining.assign(n, false);
     cluster->plan_sent.assign(n, false);
     cluster->leaving.assign(n, false);
+    cluster->heard_epoch.assign(n, 0);
+    cluster->unit_state.assign(n, std::nullopt);
     cluster->left.assign(n, false);
     cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
@@ -993,7 +1018,16 @@ struct Runtime::Impl {
     switch (c.body_type()) {
       case schema::ControlBody::Heartbeat:
         view.joined[i] = true;
+        view.heard_epoch[i] = c.body_as_Heartbeat()->epoch();
         break;
+      case schema::ControlBody::UnitState: {
+        const auto* m = c.body_as_UnitState();
+        std::vector<std::vector<int>> plan;
+        if (m->running() && m->plan() != nullptr && runtime::decode_plan(run, *m->plan(), &plan)) {
+          view.unit_state[i] = std::make_pair(m->plan()->epoch(), std::move(plan));
+        }
+        break;
+      }
       case schema::ControlBody::LoadReport:
         run.record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
         break;
@@ -1229,6 +1263,61 @@ struct Runtime::Impl {
     }
   }
 
+  /// This coordinator was started again while its units run on: it takes
+  /// the run over with the newest placement they report (UnitState). The
+  /// replicas of its own units died with the coordinator before it, so a
+  /// placement with any there cannot be taken over.
+  Status take_over() {
+    const bool all = wait_cluster(
+        [](runtime::ClusterView& v) {
+          for (std::size_t u = 0; u < v.remote.size(); ++u) {
+            if (v.remote[u] && !v.unit_state[u]) return false;
+          }
+          return true;
+        },
+        options.join_timeout_ms);
+    std::lock_guard<std::mutex> lock(cluster->mutex);
+    std::string missing;
+    const std::vector<std::vector<int>>* plan = nullptr;
+    std::uint32_t epoch = 0;
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!cluster->remote[u]) continue;
+      const auto& state = cluster->unit_state[u];
+      if (!state) {
+        missing += (missing.empty() ? "" : ", ") + run->spec.units[u].id;
+      } else if (plan == nullptr || state->first > epoch) {
+        epoch = state->first;
+        plan = &state->second;
+      }
+    }
+    if (!all || plan == nullptr) {
+      return Status::error("the units run a pipeline already, but " + missing +
+                               " did not say by which placement: cannot take it over",
+                           StatusCode::unavailable);
+    }
+    for (std::size_t s = 0; s < plan->size(); ++s) {
+      for (std::size_t r = 0; r < (*plan)[s].size(); ++r) {
+        const int u = (*plan)[s][r];
+        if (u != runtime::kLostUnit && local[static_cast<std::size_t>(u)]) {
+          return Status::error("cannot take the running pipeline over: replica " + std::to_string(r) + " of stage '" +
+                                   run->spec.stages[s].id + "' ran on unit '" + run->spec.units[static_cast<std::size_t>(u)].id +
+                                   "' in the coordinator's process, and died with it",
+                               StatusCode::failed_precondition);
+        }
+      }
+    }
+    auto table = std::make_shared<runtime::RoutingTable>();
+    table->epoch = epoch;
+    table->unit_of = *plan;
+    run->publish(std::move(table));
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
+    }
+    std::fprintf(stderr, "swarmflow: coordinator at %s: takes over the running pipeline at placement epoch %u\n",
+                 run->spec.coordinator.c_str(), epoch);
+    return {};
+  }
+
   /// The snapshot a replica placed on a unit of this process starts from:
   /// the coordinator's latest, or the one it sent ahead of the plan.
   std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica) {
@@ -1311,6 +1400,7 @@ struct Runtime::Impl {
   /// with its last placement (the coordinator holds only soft state).
   void watch_coordinator() {
     take_up_new_plan();
+    tell_new_coordinator();
     const std::int64_t now = steady_now_ns();
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     const placement::FailureDetector& d = *unit_side->coordinator;
@@ -1335,6 +1425,30 @@ struct Runtime::Impl {
       run->snapshots_local.store(false, std::memory_order_release);
       std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
                    run->spec.coordinator.c_str());
+    }
+  }
+
+  /// A coordinator not heard before (one started again while the run goes
+  /// on) is told the placement this unit runs by, so that it takes over.
+  void tell_new_coordinator() {
+    bool tell = false;
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> lock(unit_side->mutex);
+      tell = unit_side->new_coordinator;
+      unit_side->new_coordinator = false;
+      running = unit_side->go;
+    }
+    if (!tell || !running) return;
+    const auto table = run->table();
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (!local[u]) continue;
+      const std::string id = run->spec.units[u].id;
+      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+        const auto plan = runtime::build_plan(fbb, *table);
+        return std::make_pair(schema::ControlBody::UnitState,
+                              schema::CreateUnitState(fbb, fbb.CreateString(id), plan, running).Union());
+      }));
     }
   }
 
@@ -1530,6 +1644,7 @@ Status Runtime::start() {
   if (Status s = m.start_transports(); !s.ok()) return fail(s);
   if (m.distributed) m.start_failure_watch();
 
+  bool takeover = false;  ///< the units are in a run already: this coordinator takes it over
   if (m.distributed && m.options.coordinator) {
     // Units join with their first heartbeat; then every unit gets the plan.
     // Every few seconds it says whom it is still waiting for.
@@ -1561,7 +1676,17 @@ Status Runtime::start() {
                                     " ms: " + m.cluster->missing(m.cluster->joined, m.run->spec),
                                 StatusCode::unavailable));
     }
-    m.broadcast([&] { return runtime::plan_message(*m.run); });
+    {
+      std::lock_guard<std::mutex> lock(m.cluster->mutex);
+      for (std::size_t u = 0; u < m.local.size(); ++u) {
+        takeover = takeover || (m.cluster->remote[u] && m.cluster->heard_epoch[u] > 0);
+      }
+    }
+    if (takeover) {
+      if (Status s = m.take_over(); !s.ok()) return fail(s);
+    } else {
+      m.broadcast([&] { return runtime::plan_message(*m.run); });
+    }
   } else if (!m.options.coordinator) {
     bool lost = false;
     const bool planned = m.wait_unit_side(
@@ -1585,7 +1710,7 @@ Status Runtime::start() {
 
   m.spawn_local_hosts();
 
-  if (m.distributed && m.options.coordinator) {
+  if (m.distributed && m.options.coordinator && !takeover) {
     const bool ready = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready) || !v.lost.empty(); },
                                       m.options.join_timeout_ms);
     if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);

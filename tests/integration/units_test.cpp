@@ -630,4 +630,64 @@ TEST(UnitProcesses, ASourceOnAKilledUnitRestartsElsewhereFromItsPosition) {
   EXPECT_EQ(r["stages"]["source"]["counters"]["restored"], 1) << r["stages"]["source"].dump();
 }
 
+TEST(UnitProcesses, ACoordinatorStartedAgainTakesTheRunOverAndFinishesItWithAWholeReport) {
+  // Every stage runs on u1 and u2; the coordinator's process (u0) hosts
+  // none. The coordinator is SIGKILLed: the units flow on with their
+  // placement. A coordinator started again with the same file takes the run
+  // over from what the units report, and when it is stopped (SIGINT) the run
+  // ends with a report that has both units' figures, nothing lost.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "takeover.yaml", "pipeline: takeover\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
+                           dir.file("u2.sock") + "\"}\n"
+                           "stages:\n"
+                           "  - {id: source, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u1]}}\n"
+                           "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
+                           "     params: {service_us: 200}, placement: {units: [u1, u2], spread: true}}\n"
+                           "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u2]}}\n"
+                           "  - {id: seen, type: io.jsonl, inputs: {in: work/out}, params: {path: \"" + seen +
+                           "\", flush: true},\n     placement: {units: [u2]}}\n");
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t first = spawn_cli({"run", file, "--quiet", "--units", "u0"}, dir.file("c1.out"), dir.file("c1.err"));
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c1.err")) << slurp(dir.file("u1.err"));
+  kill(first, SIGKILL);
+  wait_exit(first);
+  ASSERT_TRUE(wait_for_text(dir.file("u2.err"), "lost the coordinator", kPatience)) << slurp(dir.file("u2.err"));
+  // The units flow on without it.
+  const std::size_t before = slurp(seen).size();
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (slurp(seen).size() < before + 2000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(slurp(seen).size(), before + 2000) << "the units stopped when the coordinator died";
+  pid_t second =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c2.out"), dir.file("c2.err"));
+  ASSERT_TRUE(wait_for_text(dir.file("c2.err"), "takes over the running pipeline", kPatience))
+      << slurp(dir.file("c2.err")) << slurp(dir.file("u1.err"));
+  kill(second, SIGINT);
+  const int rc = wait_exit_within(second, kPatience);
+  const std::string err = slurp(dir.file("c2.err"));
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u1.err")) << slurp(dir.file("u2.err"));
+  EXPECT_EQ(wait_exit_within(u1, kPatience), 0) << slurp(dir.file("u1.err"));
+  EXPECT_EQ(wait_exit_within(u2, kPatience), 0) << slurp(dir.file("u2.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+  std::uint64_t sent = 0;
+  for (const auto& e : r["edges"]) {
+    if (e["from"] == "source/out") sent = e["sent"].get<std::uint64_t>();
+  }
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_GT(sent, 0U);
+  EXPECT_EQ(sink["received"].get<std::uint64_t>(), sent) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(r["stages"]["work"]["processed"].get<std::uint64_t>(), sent) << r["stages"]["work"].dump();
+  // Both units' figures are in it: each processed its share of the work.
+  for (const auto& id : {"u1", "u2"}) EXPECT_TRUE(r["units"].contains(id)) << r["units"].dump();
+}
+
 }  // namespace
