@@ -276,9 +276,11 @@ class InboundBatcher {
       return;  // not hosted here; the transport counted it as received
     }
     const auto& h = in.header;
-    if (in.sender >= 0 && in.destination.kind != transport::FrameKind::ack && !from_its_producer(*run, in)) {
-      // From a unit that no longer hosts the producer (fenced, or late):
-      // its work is its replacement's now.
+    const bool ack = in.destination.kind == transport::FrameKind::ack;
+    if (in.sender >= 0 && !(ack ? from_its_consumer(*run, in) : from_its_producer(*run, in))) {
+      // From a unit that no longer hosts the replica that sent it (fenced,
+      // or late): its work is its replacement's now. A stale ack would
+      // return credits and releases on the replacement's behalf.
       run->stale_refused.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -343,6 +345,15 @@ class InboundBatcher {
     const auto& producers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].from_node)];
     const auto from = static_cast<std::size_t>(in.header.from_replica);
     return from < producers.size() && producers[from] == in.sender;
+  }
+
+  /// The sending unit hosts the consumer replica an ack names.
+  bool from_its_consumer(const RunState& run, const transport::Inbound& in) const {
+    const auto edge = static_cast<std::size_t>(in.header.edge);
+    if (edge >= run.graph.edges.size()) return false;
+    const auto& consumers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].to_node)];
+    const auto from = static_cast<std::size_t>(in.header.from_replica);
+    return from < consumers.size() && consumers[from] == in.sender;
   }
 
   bool sent_by_producer(const RunState& run, const transport::Inbound& in) const {

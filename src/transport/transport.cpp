@@ -355,13 +355,14 @@ struct Transport::Impl {
   }
 
   /// Reads up to kReceiveBatch messages from `socket`. ROUTER messages start
-  /// with the sender's routing id.
-  void receive(zmq::socket_t& socket, bool from_router) {
-    receive_burst(socket, from_router);
+  /// with the sender's routing id; a DEALER is connected to one peer
+  /// (`peer`), which sent what arrives on it (acks).
+  void receive(zmq::socket_t& socket, bool from_router, int peer = -1) {
+    receive_burst(socket, from_router, peer);
     if (burst_end) burst_end();
   }
 
-  void receive_burst(zmq::socket_t& socket, bool from_router) {
+  void receive_burst(zmq::socket_t& socket, bool from_router, int peer) {
     for (int n = 0; n < kReceiveBatch; ++n) {
       std::array<zmq::message_t, kMaxFrames + 1> frames;
       std::size_t count = 0;
@@ -376,13 +377,13 @@ struct Transport::Impl {
         if (count < frames.size()) frames[count] = std::move(part);
         ++count;  // frames beyond the array are read and dropped
       }
-      handle(frames, count, from_router);
+      handle(frames, count, from_router, peer);
     }
   }
 
-  void handle(std::array<zmq::message_t, kMaxFrames + 1>& frames, std::size_t count, bool from_router) {
+  void handle(std::array<zmq::message_t, kMaxFrames + 1>& frames, std::size_t count, bool from_router, int peer) {
     std::size_t first = 0;
-    int sender = -1;
+    int sender = peer;
     if (from_router) {
       const std::string_view id(static_cast<const char*>(frames[0].data()), frames[0].size());
       for (std::size_t p = 0; p < config.peers.size() && sender < 0; ++p) {
@@ -520,7 +521,7 @@ struct Transport::Impl {
       const std::size_t first_dealer = control ? control_index + 1 : control_index;
       for (std::size_t i = 0; i < dealer_units.size(); ++i) {
         if ((items[first_dealer + i].revents & ZMQ_POLLIN) != 0) {
-          receive(*dealers[static_cast<std::size_t>(dealer_units[i])], false);
+          receive(*dealers[static_cast<std::size_t>(dealer_units[i])], false, dealer_units[i]);
         }
       }
     }

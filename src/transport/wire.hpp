@@ -188,9 +188,9 @@ struct Inbound {
   Destination destination;
   WireHeader header;
   PayloadPtr payload;
-  /// Which peer sent it (index in TransportConfig::peers), by the routing id
-  /// its connection was admitted with; -1 when not known (replies on a
-  /// unit's own outgoing connections).
+  /// Which peer sent it (index in TransportConfig::peers): by the routing id
+  /// its connection was admitted with, or, for what arrives on a unit's own
+  /// outgoing connection to a peer (acks), that peer; -1 when not known.
   int sender = -1;
 };
 

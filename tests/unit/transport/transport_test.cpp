@@ -174,6 +174,9 @@ TEST(Transport, AcksGoBackOnTheConnectionTheSenderOpened) {
   ASSERT_EQ(acks.size(), 20U);
   for (std::uint32_t i = 0; i < 20; ++i) {
     EXPECT_EQ(acks[i].destination.kind, FrameKind::ack);
+    // Named by the connection they came back on: u1 (peer 1) sent them, so
+    // that a fenced unit's acks can be told from its replacement's.
+    EXPECT_EQ(acks[i].sender, 1);
     EXPECT_EQ(acks[i].header.credits, i);
     EXPECT_DOUBLE_EQ(acks[i].header.service_ns, 1000.0 * i);
     EXPECT_FALSE(acks[i].payload);
