@@ -1,0 +1,298 @@
+// The adaptive placement policy (see rebalance.hpp).
+
+#include "placement/rebalance.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace swarmflow::placement {
+
+PolicySettings PolicySettings::from(const config::PlacementDecl& decl) {
+  PolicySettings s;
+  s.rebalance_above = decl.rebalance_above;
+  // Hysteresis, sustain and cooldown keep their defaults until the runtime
+  // acts on the policy; then they become `placement:` settings.
+  s.hysteresis = std::min(s.hysteresis, decl.rebalance_above / 2);
+  return s;
+}
+
+const char* to_string(MoveKind kind) {
+  switch (kind) {
+    case MoveKind::move_replica: return "move";
+    case MoveKind::add_replica: return "add";
+    case MoveKind::remove_replica: return "remove";
+    case MoveKind::reassign_keys: return "keys";
+  }
+  return "?";
+}
+
+std::vector<std::pair<std::uint64_t, int>> assign_keys_by_load(std::vector<KeyLoad> keys,
+                                                                const std::vector<double>& capacity) {
+  std::stable_sort(keys.begin(), keys.end(), [](const KeyLoad& a, const KeyLoad& b) {
+    return a.load != b.load ? a.load > b.load : a.key < b.key;
+  });
+  std::vector<double> load(capacity.size(), 0.0);
+  std::vector<std::pair<std::uint64_t, int>> owner;
+  owner.reserve(keys.size());
+  for (const KeyLoad& k : keys) {
+    std::size_t best = 0;
+    double best_after = 0;
+    for (std::size_t r = 0; r < capacity.size(); ++r) {
+      const double after = (load[r] + k.load) / std::max(capacity[r], 1e-9);
+      if (r == 0 || after < best_after - 1e-12) {
+        best = r;
+        best_after = after;
+      }
+    }
+    load[best] += k.load;
+    owner.emplace_back(k.key, static_cast<int>(best));
+  }
+  std::sort(owner.begin(), owner.end());
+  return owner;
+}
+
+Rebalancer::Rebalancer(const config::PipelineSpec& spec, PolicySettings settings)
+    : spec_(spec),
+      settings_(settings),
+      hot_(spec.units.size()),
+      uneven_(spec.stages.size()),
+      backlog_(spec.stages.size()),
+      idle_(spec.stages.size()) {}
+
+double Rebalancer::capacity(int unit) const {
+  const config::UnitDecl& u = spec_.units[static_cast<std::size_t>(unit)];
+  return std::max(1, u.threads) * std::max(u.speed, 1e-6);
+}
+
+bool Rebalancer::allowed(int stage, int unit) const {
+  const config::StageDecl& s = spec_.stages[static_cast<std::size_t>(stage)];
+  if (s.pin_units.empty()) return true;
+  const std::string& id = spec_.units[static_cast<std::size_t>(unit)].id;
+  return std::find(s.pin_units.begin(), s.pin_units.end(), id) != s.pin_units.end();
+}
+
+bool Rebalancer::movable(int stage) const {
+  const config::StageDecl& s = spec_.stages[static_cast<std::size_t>(stage)];
+  // Sources stay where their data comes from; a stage pinned to one unit stays there.
+  return !s.inputs.empty() && s.pin_units.size() != 1;
+}
+
+double Rebalancer::work(const ReplicaLoadView& r, int unit) const {
+  const double speed = std::max(spec_.units[static_cast<std::size_t>(unit)].speed, 1e-6);
+  return r.arrival_hz * r.service_ns / 1e9 * speed;
+}
+
+std::vector<Move> Rebalancer::decide(const LoadView& view, std::int64_t now) {
+  std::vector<Move> moves;
+  if (last_move_ns_ != 0 && now - last_move_ns_ < settings_.cooldown_ns) return moves;
+  // Each unit's load: what it measured (a saturated unit's true demand is
+  // more, which the hot rule acts on).
+  std::vector<double> load(spec_.units.size(), 0.0);
+  for (std::size_t u = 0; u < load.size() && u < view.units.size(); ++u) {
+    load[u] = std::clamp(view.units[u].utilisation, 0.0, 1.0);
+  }
+  Move m;
+  if (hot_unit_move(view, load, now, &m) || key_move(view, now, &m) || scale_out(view, load, now, &m) ||
+      scale_in(view, now, &m)) {
+    moves.push_back(std::move(m));
+    last_move_ns_ = now;
+    // Every condition has to show again, after the move.
+    for (auto* v : {&hot_, &uneven_, &backlog_, &idle_}) {
+      for (auto& s : *v) s.at = 0;
+    }
+  }
+  return moves;
+}
+
+bool Rebalancer::hot_unit_move(const LoadView& view, std::vector<double>& load, std::int64_t now, Move* out) {
+  // A unit counts as hot only while a move would relieve it: in a pipeline
+  // that runs flat out every unit is busy, and that alone is no reason.
+  bool found = false;
+  for (std::size_t u = 0; u < load.size(); ++u) {
+    const bool usable = u < view.units.size() && view.units[u].usable;
+    Move candidate;
+    const bool hot = usable && load[u] > settings_.rebalance_above &&
+                     relieve(view, load, static_cast<int>(u), &candidate);
+    if (hot_[u].held(hot, now, settings_.sustain_ns) && !found) {
+      *out = std::move(candidate);
+      found = true;
+    }
+  }
+  return found;
+}
+
+bool Rebalancer::relieve(const LoadView& view, const std::vector<double>& load, int hottest, Move* out) const {
+  const double cool = settings_.rebalance_above - settings_.hysteresis;
+  const auto h = static_cast<std::size_t>(hottest);
+  // Its replicas, heaviest first.
+  std::vector<const ReplicaLoadView*> mine;
+  for (const auto& r : view.replicas) {
+    const auto s = static_cast<std::size_t>(r.stage);
+    if (s < view.unit_of.size() && static_cast<std::size_t>(r.replica) < view.unit_of[s].size() &&
+        view.unit_of[s][static_cast<std::size_t>(r.replica)] == hottest) {
+      mine.push_back(&r);
+    }
+  }
+  std::stable_sort(mine.begin(), mine.end(), [&](const ReplicaLoadView* a, const ReplicaLoadView* b) {
+    return work(*a, hottest) > work(*b, hottest);
+  });
+  for (const ReplicaLoadView* r : mine) {
+    if (!movable(r->stage)) continue;
+    const double w = work(*r, hottest);
+    int best = -1;
+    double best_after = 0;
+    for (std::size_t t = 0; t < load.size(); ++t) {
+      if (t == h || t >= view.units.size() || !view.units[t].usable || !allowed(r->stage, static_cast<int>(t))) continue;
+      const double after = load[t] + w / capacity(static_cast<int>(t));
+      if (best < 0 || after < best_after) {
+        best = static_cast<int>(t);
+        best_after = after;
+      }
+    }
+    if (best < 0 || best_after >= cool) continue;
+    const double source_after = std::max(0.0, load[h] - w / capacity(hottest));
+    if (std::max(best_after, source_after) >= load[h]) continue;
+    out->kind = MoveKind::move_replica;
+    out->stage = r->stage;
+    out->replica = r->replica;
+    out->from_unit = hottest;
+    out->to_unit = best;
+    out->why = "unit '" + spec_.units[h].id + "' busy " + std::to_string(static_cast<int>(std::lround(load[h] * 100))) +
+               "% (over " + std::to_string(static_cast<int>(std::lround(settings_.rebalance_above * 100))) + "%)";
+    return true;
+  }
+  return false;
+}
+
+bool Rebalancer::key_move(const LoadView& view, std::int64_t now, Move* out) {
+  for (std::size_t s = 0; s < spec_.stages.size() && s < view.unit_of.size(); ++s) {
+    const config::StageDecl& stage = spec_.stages[s];
+    const std::size_t n = view.unit_of[s].size();
+    if (!stage.keyed || n < 2) {
+      uneven_[s].at = 0;
+      continue;
+    }
+    // Each replica's capacity: its unit's, shared among the replicas there.
+    std::vector<double> cap(n, 1.0);
+    for (std::size_t r = 0; r < n; ++r) {
+      const int u = view.unit_of[s][r];
+      if (u < 0) continue;
+      int sharing = 0;
+      for (const auto& replicas : view.unit_of) sharing += static_cast<int>(std::count(replicas.begin(), replicas.end(), u));
+      cap[r] = capacity(u) / std::max(1, sharing);
+    }
+    std::vector<double> load(n, 0.0);
+    std::vector<KeyLoad> keys;
+    std::vector<int> owner_of;  // parallel to keys
+    for (const auto& r : view.replicas) {
+      if (static_cast<std::size_t>(r.stage) != s || static_cast<std::size_t>(r.replica) >= n) continue;
+      for (const KeyLoad& k : r.keys) {
+        load[static_cast<std::size_t>(r.replica)] += k.load;
+        keys.push_back(k);
+        owner_of.push_back(r.replica);
+      }
+    }
+    double total = 0;
+    double total_cap = 0;
+    double busiest = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      total += load[r];
+      total_cap += cap[r];
+      busiest = std::max(busiest, load[r] / cap[r]);
+    }
+    const double mean = total_cap > 0 ? total / total_cap : 0;
+    const bool uneven = total > 0 && keys.size() > 1 && busiest > (1 + settings_.key_imbalance) * mean;
+    std::vector<std::pair<std::uint64_t, int>> changed;
+    if (uneven) {
+      const auto assignment = assign_keys_by_load(keys, cap);
+      std::vector<double> after(n, 0.0);
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const auto it = std::lower_bound(assignment.begin(), assignment.end(), std::make_pair(keys[i].key, -1));
+        const int to = it != assignment.end() && it->first == keys[i].key ? it->second : owner_of[i];
+        after[static_cast<std::size_t>(to)] += keys[i].load;
+        if (to != owner_of[i]) changed.emplace_back(keys[i].key, to);
+      }
+      double busiest_after = 0;
+      for (std::size_t r = 0; r < n; ++r) busiest_after = std::max(busiest_after, after[r] / cap[r]);
+      if (busiest_after > busiest * (1 - settings_.hysteresis)) changed.clear();
+    }
+    // Only while a reassignment would help.
+    if (!uneven_[s].held(!changed.empty(), now, settings_.sustain_ns)) continue;
+    std::sort(changed.begin(), changed.end());
+    out->kind = MoveKind::reassign_keys;
+    out->stage = static_cast<int>(s);
+    out->keys = std::move(changed);
+    out->why = "stage '" + stage.id + "': its busiest replica carries " +
+               std::to_string(static_cast<int>(std::lround((busiest / std::max(mean, 1e-12) - 1) * 100))) +
+               "% over its share";
+    return true;
+  }
+  return false;
+}
+
+bool Rebalancer::scale_out(const LoadView& view, std::vector<double>& load, std::int64_t now, Move* out) {
+  const double cool = settings_.rebalance_above - settings_.hysteresis;
+  for (std::size_t s = 0; s < spec_.stages.size() && s < view.unit_of.size(); ++s) {
+    const config::StageDecl& stage = spec_.stages[s];
+    const std::size_t n = view.unit_of[s].size();
+    double depth = 0;
+    int seen = 0;
+    for (const auto& r : view.replicas) {
+      if (static_cast<std::size_t>(r.stage) != s) continue;
+      depth += r.queue_depth;
+      ++seen;
+    }
+    const double limit = settings_.backlog_fraction * std::max(1, stage.queue.capacity);
+    const bool backlog = seen > 0 && depth / seen >= limit;
+    // Where a new replica would have the most room (spare threads x speed).
+    int best = -1;
+    double best_room = 0;
+    if (backlog && static_cast<int>(n) < stage.max_replicas && !stage.inputs.empty()) {
+      for (std::size_t t = 0; t < load.size(); ++t) {
+        if (t >= view.units.size() || !view.units[t].usable || !allowed(static_cast<int>(s), static_cast<int>(t))) continue;
+        if (load[t] >= cool) continue;
+        const double room = (1 - load[t]) * capacity(static_cast<int>(t));
+        if (best < 0 || room > best_room) {
+          best = static_cast<int>(t);
+          best_room = room;
+        }
+      }
+    }
+    if (!backlog_[s].held(best >= 0, now, settings_.sustain_ns)) continue;
+    out->kind = MoveKind::add_replica;
+    out->stage = static_cast<int>(s);
+    out->replica = static_cast<int>(n);
+    out->to_unit = best;
+    out->why = "stage '" + stage.id + "': its queues hold a backlog (mean " +
+               std::to_string(static_cast<int>(std::lround(depth / seen))) + " of " +
+               std::to_string(stage.queue.capacity) + ")";
+    return true;
+  }
+  return false;
+}
+
+bool Rebalancer::scale_in(const LoadView& view, std::int64_t now, Move* out) {
+  for (std::size_t s = 0; s < spec_.stages.size() && s < view.unit_of.size(); ++s) {
+    const config::StageDecl& stage = spec_.stages[s];
+    const std::size_t n = view.unit_of[s].size();
+    bool idle = static_cast<int>(n) > stage.min_replicas;
+    int seen = 0;
+    for (const auto& r : view.replicas) {
+      if (static_cast<std::size_t>(r.stage) != s) continue;
+      ++seen;
+      const double busy = r.arrival_hz * r.service_ns / 1e9;
+      idle = idle && busy < settings_.scale_in_below && r.queue_depth < 1;
+    }
+    if (!idle_[s].held(idle && seen > 0, now, settings_.sustain_ns)) continue;
+    out->kind = MoveKind::remove_replica;
+    out->stage = static_cast<int>(s);
+    out->replica = static_cast<int>(n) - 1;
+    out->from_unit = view.unit_of[s][n - 1];
+    out->why = "stage '" + stage.id + "': every replica is less than " +
+               std::to_string(static_cast<int>(std::lround(settings_.scale_in_below * 100))) + "% busy";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace swarmflow::placement
