@@ -8,7 +8,7 @@ install(DIRECTORY "${PROJECT_SOURCE_DIR}/actors/"
         FILES_MATCHING PATTERN "*.hpp")
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/pipelines/" DESTINATION "${CMAKE_INSTALL_DATADIR}/swarmflow/pipelines")
 
-install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime
+install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime swarmflow_cli
                 swarmflow_actors_sim swarmflow_actors_io
                 swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
         EXPORT swarmflowTargets
@@ -22,7 +22,7 @@ install(TARGETS swarmflow RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 # prefix works (`cmake --install build --prefix DIR`), not only the one that
 # CMAKE_INSTALL_RPATH named at configure time.
 file(RELATIVE_PATH _bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
-set_target_properties(swarmflow_core swarmflow_runtime swarmflow_actors_sim swarmflow_actors_io
+set_target_properties(swarmflow_core swarmflow_runtime swarmflow_cli swarmflow_actors_sim swarmflow_actors_io
                 swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
   PROPERTIES INSTALL_RPATH "$ORIGIN")
 set_target_properties(swarmflow PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")

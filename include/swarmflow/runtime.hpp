@@ -63,7 +63,8 @@ class Runtime {
   Registry& registry();
 
   /// Loads and validates a pipeline definition. On failure every mistake is in
-  /// `diagnostics` (when given) and the status is `invalid_argument`.
+  /// `diagnostics` (when given) and the status is `invalid_argument`. The
+  /// plugins its `plugins:` names are loaded into `registry()` first.
   Status load_file(const std::string& path, std::vector<Diagnostic>* diagnostics = nullptr);
   Status load_string(const std::string& yaml, const std::string& name,
                      std::vector<Diagnostic>* diagnostics = nullptr);

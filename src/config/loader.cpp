@@ -56,8 +56,8 @@ namespace {
 
 // -- vocabulary ---
 
-const std::vector<std::string> kTopKeys = {"pipeline", "units",     "coordinator", "coordinator_key",
-                                           "stages",   "placement", "transport", "failure"};
+const std::vector<std::string> kTopKeys = {"pipeline",  "units",     "coordinator", "coordinator_key", "plugins",
+                                           "stages",    "placement", "transport",   "failure"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes"};
 const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
@@ -314,9 +314,11 @@ struct Link {
 
 class Loader {
  public:
-  Loader(std::string file, const Registry& registry, std::vector<Diagnostic>& diagnostics)
+  Loader(std::string file, const Registry& registry, std::vector<Diagnostic>& diagnostics,
+         const PluginLoader& load_plugin = {})
       : file_(std::move(file)),
         registry_(registry),
+        load_plugin_(load_plugin),
         diagnostics_(diagnostics),
         first_diagnostic_(diagnostics.size()) {
     spec_.file = file_;
@@ -497,10 +499,50 @@ class Loader {
       report(coordinator->value_loc(), "a tcp coordinator needs `coordinator_key`",
              "tcp endpoints use CURVE: make a key pair with `swarmflow keygen` and give its public key (or .pub file)");
     }
+    // Plugins first: the stages may use the types they add.
+    if (const Entry* e = entries->find("plugins")) read_plugins(*e);
     read_stages(entries->find("stages"), root);
     if (const Entry* e = entries->find("placement")) read_placement(*e);
     if (const Entry* e = entries->find("transport")) read_transport(*e);
     if (const Entry* e = entries->find("failure")) read_failure(*e);
+  }
+
+  /// `plugins: [lib/libmine.so, ...]` (or one path): shared libraries of
+  /// stage packs, relative to the definition's folder.
+  void read_plugins(const Entry& e) {
+    const char* const hint = "list the plugin files, e.g. `plugins: [build/libmine.so]`, relative to this file";
+    std::vector<YAML::Node> items;
+    if (e.value.IsScalar()) {
+      items.push_back(e.value);
+    } else if (e.value.IsSequence()) {
+      for (const auto& item : e.value) items.push_back(item);
+    } else {
+      report(e.value_loc(), "'plugins' must be a list of files, got " + shown(e.value), hint);
+      return;
+    }
+    const std::filesystem::path folder = std::filesystem::path(file_).parent_path();
+    for (const auto& item : items) {
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        report(loc_of(item), "a plugin must be a file name, got " + shown(item), hint);
+        continue;
+      }
+      std::filesystem::path path(item.Scalar());
+      if (path.is_relative()) path = folder / path;
+      const std::string resolved = path.lexically_normal().string();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(resolved, ec)) {
+        report(loc_of(item), "plugin file not found: " + resolved,
+               "a relative path starts at the folder of this file; build the plugin or fix the path");
+        continue;
+      }
+      if (load_plugin_) {
+        if (Status s = load_plugin_(resolved); !s.ok()) {
+          report(loc_of(item), s.message(), "rebuild the plugin against this swarmflow, or remove it from `plugins:`");
+          continue;
+        }
+      }
+      spec_.plugins.push_back(resolved);
+    }
   }
 
   void read_name(const Entries& entries, const YAML::Node& root) {
@@ -1384,6 +1426,7 @@ class Loader {
 
   std::string file_;
   const Registry& registry_;
+  PluginLoader load_plugin_;
   std::vector<Diagnostic>& diagnostics_;
   std::size_t first_diagnostic_;
   PipelineSpec spec_;
@@ -1405,12 +1448,14 @@ class Loader {
 
 std::optional<PipelineSpec> load_pipeline_string(const std::string& text, const std::string& name,
                                                  const Registry& registry,
-                                                 std::vector<Diagnostic>& diagnostics) {
-  return Loader(name, registry, diagnostics).load(text);
+                                                 std::vector<Diagnostic>& diagnostics,
+                                                 const PluginLoader& load_plugin) {
+  return Loader(name, registry, diagnostics, load_plugin).load(text);
 }
 
 std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Registry& registry,
-                                               std::vector<Diagnostic>& diagnostics) {
+                                               std::vector<Diagnostic>& diagnostics,
+                                               const PluginLoader& load_plugin) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     const bool missing = !std::filesystem::exists(path, ec);
@@ -1430,7 +1475,7 @@ std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Re
         Diagnostic{path, 0, 0, "cannot read pipeline file: " + path, "check that the file is readable"});
     return std::nullopt;
   }
-  return load_pipeline_string(text.str(), path, registry, diagnostics);
+  return load_pipeline_string(text.str(), path, registry, diagnostics, load_plugin);
 }
 
 }  // namespace swarmflow::config

@@ -606,6 +606,11 @@ struct Runtime::Impl {
 
   ~Impl() { stop_failure_watch(); }
 
+  /// Loads what a definition's `plugins:` names into this runtime's registry.
+  config::PluginLoader plugin_loader() {
+    return [this](const std::string& path) { return registry.load_plugin(path); };
+  }
+
   // -- CURVE: public keys of every unit (resolved), this process's key pair
   std::vector<std::string> unit_keys;
   std::string coordinator_key;
@@ -1325,13 +1330,13 @@ Registry& Runtime::registry() { return impl_->registry; }
 
 Status Runtime::load_file(const std::string& path, std::vector<Diagnostic>* diagnostics) {
   std::vector<Diagnostic> found;
-  auto spec = config::load_pipeline_file(path, impl_->registry, found);
+  auto spec = config::load_pipeline_file(path, impl_->registry, found, impl_->plugin_loader());
   return impl_->adopt(std::move(spec), found, diagnostics);
 }
 
 Status Runtime::load_string(const std::string& yaml, const std::string& name, std::vector<Diagnostic>* diagnostics) {
   std::vector<Diagnostic> found;
-  auto spec = config::load_pipeline_string(yaml, name, impl_->registry, found);
+  auto spec = config::load_pipeline_string(yaml, name, impl_->registry, found, impl_->plugin_loader());
   return impl_->adopt(std::move(spec), found, diagnostics);
 }
 

@@ -1,6 +1,6 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
 // a clean drain on SIGINT, the version and key files, the graph drawn by dot,
-// bash completion.
+// bash completion, plugins.
 
 #include <gtest/gtest.h>
 
@@ -341,6 +341,116 @@ TEST(Cli, ACoordinatorWaitingForUnitsSaysWhomItWaitsFor) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("waiting for u1 to join"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("units did not join within 4000 ms: u1"), std::string::npos) << r.err;
+}
+
+/// Each line of `text` parsed as JSON; fails the test on a line that is not.
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      ADD_FAILURE() << "not a JSON line: " << line.substr(0, 200);
+    }
+  }
+  return out;
+}
+
+/// A pipeline of the test camera through example.brightness into `lines`,
+/// loading the plugin with `plugins_line` (empty: the plugin comes otherwise).
+std::string brightness_pipeline(const std::string& plugins_line, const std::string& lines) {
+  return "pipeline: bright\n" + plugins_line +
+         "stages:\n"
+         "  - {id: cam, type: video.source, params: {uri: \"test://smpte\", width: 4, height: 2, count: 5}}\n"
+         "  - {id: bright, type: example.brightness, inputs: {frames: cam/frames}, params: {gain: 0, offset: 7}}\n"
+         "  - {id: out, type: io.jsonl, inputs: {in: bright/frames}, params: {path: \"" + lines + "\"}}\n";
+}
+
+/// Every frame in `lines` has its 4x2 BGR pixels set to `value`.
+void expect_frames_of(const std::string& lines, std::size_t frames, int value) {
+  const auto parsed = json_lines(slurp(lines));
+  EXPECT_EQ(parsed.size(), frames);
+  for (const auto& line : parsed) {
+    const auto& pixels = line["payload"]["pixels"];
+    ASSERT_EQ(pixels.size(), 24U) << line.dump();
+    for (const auto& p : pixels) EXPECT_EQ(p.get<int>(), value);
+  }
+}
+
+TEST(Cli, APluginGivenWithPluginIsDescribedValidatedAndRun) {
+  TempDir dir;
+  Result d = run_cli(dir, {"--plugin", SWARMFLOW_TEST_PLUGIN, "describe", "example.brightness"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("gain"), std::string::npos) << d.out;
+  // The option may also follow the subcommand.
+  EXPECT_EQ(run_cli(dir, {"describe", "example", "--plugin", SWARMFLOW_TEST_PLUGIN}).exit_code, 0);
+  EXPECT_EQ(run_cli(dir, {"describe", "example.brightness"}).exit_code, 2);
+
+  const std::string lines = dir.file("frames.jsonl");
+  const std::string yaml = dir.write("bright.yaml", brightness_pipeline("", lines));
+  EXPECT_EQ(run_cli(dir, {"validate", yaml}).exit_code, 2);
+  Result v = run_cli(dir, {"validate", yaml, "--plugin", SWARMFLOW_TEST_PLUGIN});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  Result g = run_cli(dir, {"graph", yaml, "--plugin", SWARMFLOW_TEST_PLUGIN});
+  EXPECT_NE(g.out.find("example.brightness"), std::string::npos) << g.out << g.err;
+  Result r = run_cli(dir, {"--plugin", SWARMFLOW_TEST_PLUGIN, "run", yaml, "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_frames_of(lines, 5, 7);
+}
+
+TEST(Cli, PluginsListedInThePipelineAreFoundRelativeToIt) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("lib"));
+  std::filesystem::copy_file(SWARMFLOW_TEST_PLUGIN, dir.file("lib/libbright.so"));
+  const std::string lines = dir.file("frames.jsonl");
+  const std::string yaml = dir.write("bright.yaml", brightness_pipeline("plugins: [lib/libbright.so]\n", lines));
+  Result r = run_cli(dir, {"run", yaml, "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_frames_of(lines, 5, 7);
+
+  const std::string missing =
+      dir.write("missing.yaml", brightness_pipeline("plugins:\n  - lib/libnothere.so\n", lines));
+  Result m = run_cli(dir, {"validate", missing});
+  EXPECT_EQ(m.exit_code, 2);
+  EXPECT_NE(m.err.find(missing + ":3:5: error: plugin file not found: " + dir.file("lib/libnothere.so")),
+            std::string::npos)
+      << m.err;
+}
+
+TEST(Cli, APluginBuiltForAnotherSwarmflowIsRefusedNamingBothVersions) {
+  TempDir dir;
+  const std::string plugin = SWARMFLOW_MISMATCHED_PLUGIN;
+  Result r = run_cli(dir, {"--plugin", plugin, "describe"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(plugin + " was built for swarmflow 99.0.0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(std::string("this program is swarmflow ") + SWARMFLOW_VERSION), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("asked to register"), std::string::npos) << r.err;
+
+  // Named by the pipeline: the refusal is a diagnostic at its place.
+  const std::string yaml = dir.write("p.yaml",
+                                     "pipeline: p\n"
+                                     "plugins: [\"" + plugin + "\"]\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.source}\n");
+  Result v = run_cli(dir, {"validate", yaml});
+  EXPECT_EQ(v.exit_code, 2);
+  EXPECT_NE(v.err.find(yaml + ":2:11: error: plugin " + plugin + " was built for swarmflow 99.0.0"),
+            std::string::npos)
+      << v.err;
+}
+
+TEST(Cli, PluginsOnSwarmflowPluginPathAreLoaded) {
+  TempDir dir;
+  const std::string folder = std::filesystem::path(SWARMFLOW_TEST_PLUGIN).parent_path().string();
+  EXPECT_EQ(run_bash("SWARMFLOW_PLUGIN_PATH=" + folder + " \"" SWARMFLOW_CLI
+                     "\" describe example.brightness > /dev/null"),
+            0);
+  // An entry that is not there is a mistake, not something to skip quietly.
+  EXPECT_EQ(run_bash("SWARMFLOW_PLUGIN_PATH=" + folder + ":/no/such/folder \"" SWARMFLOW_CLI
+                     "\" describe example.brightness > /dev/null 2>&1"),
+            2);
 }
 
 }  // namespace
