@@ -91,7 +91,8 @@ struct RunArgs {
   std::string file;
   std::string report;
   double duration_s = 0;
-  bool quiet = false;
+  bool quiet = false;     ///< --quiet: no progress line, no summary
+  bool progress = true;   ///< false for `swarmflow unit`, which still prints its summary
   int threads = 0;
   std::vector<std::string> units;  ///< units hosted here; empty = all
   bool coordinator = true;         ///< false for `swarmflow unit`
@@ -99,16 +100,22 @@ struct RunArgs {
   std::string secret_key;
 };
 
-/// The stages `file` keys (`key:`), for the summary's note on reordering.
-std::set<std::string> keyed_stages(swarmflow::Runtime& rt, const std::string& file) {
-  std::set<std::string> out;
+/// What the summary needs to know of the pipeline beyond the report.
+struct PipelineFacts {
+  std::set<std::string> keyed;  ///< stages keyed (`key:`), for the note on reordering
+  bool stdout_is_data = false;  ///< a stage writes to standard output
+};
+
+PipelineFacts pipeline_facts(swarmflow::Runtime& rt, const std::string& file) {
+  PipelineFacts facts;
   std::vector<swarmflow::Diagnostic> diagnostics;
   if (auto spec = swarmflow::config::load_pipeline_file(file, rt.registry(), diagnostics)) {
     for (const auto& s : spec->stages) {
-      if (s.keyed) out.insert(s.id);
+      if (s.keyed) facts.keyed.insert(s.id);
     }
+    facts.stdout_is_data = swarmflow::cli::writes_to_stdout(*spec, rt.registry());
   }
-  return out;
+  return facts;
 }
 
 /// How long a unit process waits for its peers to drain after a signal
@@ -144,7 +151,7 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     const auto t = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(t - t0).count();
     if (!stop_sent && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
-      if (g_signals.load() > 0 && !args.quiet) {
+      if (g_signals.load() > 0 && !args.quiet && args.progress) {
         std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
       }
       rt.request_stop();
@@ -159,7 +166,7 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
       break;
     }
     const double since = std::chrono::duration<double>(t - last_print).count();
-    if (!args.quiet && since >= (tty ? 0.5 : 2.0)) {
+    if (!args.quiet && args.progress && since >= (tty ? 0.5 : 2.0)) {
       const std::string line = swarmflow::cli::progress_line(now, previous, since);
       std::fprintf(stderr, tty ? "\r%s\x1b[K" : "%s\n", line.c_str());
       previous = std::move(now);
@@ -167,9 +174,19 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     }
   }
   s = rt.wait();
-  if (!args.quiet && tty) std::fputs("\n", stderr);
+  if (!args.quiet && args.progress && tty) std::fputs("\n", stderr);
   const swarmflow::RunReport report = rt.report();
-  std::fputs(swarmflow::cli::summary_table(report, keyed_stages(rt, args.file)).c_str(), stdout);
+  const PipelineFacts facts = pipeline_facts(rt, args.file);
+  switch (swarmflow::cli::summary_target(args.quiet, facts.stdout_is_data)) {
+    case swarmflow::cli::SummaryTarget::standard_output:
+      std::fputs(swarmflow::cli::summary_table(report, facts.keyed).c_str(), stdout);
+      break;
+    case swarmflow::cli::SummaryTarget::standard_error:
+      std::fputs(swarmflow::cli::summary_table(report, facts.keyed).c_str(), stderr);
+      break;
+    case swarmflow::cli::SummaryTarget::nowhere:
+      break;
+  }
   if (!args.report.empty()) {
     std::ofstream out(args.report);
     out << report.to_json() << '\n';
@@ -300,7 +317,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   run->add_option("--report", run_args.report, "write the run report as JSON to this file")->type_name(kFileValue);
   run->add_option("--duration", run_args.duration_s, "stop sources after this many seconds");
   run->add_option("--threads", run_args.threads, "worker threads per unit");
-  run->add_flag("--quiet", run_args.quiet, "no progress line");
+  run->add_flag("--quiet", run_args.quiet, "no progress line and no summary: stdout carries data alone");
   run->add_option("--units", run_args.units, "host only these units here (the rest join as `swarmflow unit`)")
       ->delimiter(',');
   run->add_option("--join-timeout-ms", run_args.join_timeout_ms, "how long to wait for units to join");
@@ -309,7 +326,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
 
   RunArgs unit_args;
   unit_args.coordinator = false;
-  unit_args.quiet = true;
+  unit_args.progress = false;
   std::string unit_id;
   auto* unit = app.add_subcommand("unit", "run one unit of a pipeline as its own process; it joins the coordinator");
   unit->add_option("file", unit_args.file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);

@@ -1,6 +1,6 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
 // a clean drain on SIGINT, the version and key files, the graph drawn by dot,
-// bash completion, plugins.
+// bash completion, stdout left to data, plugins.
 
 #include <gtest/gtest.h>
 
@@ -73,7 +73,7 @@ TEST(Cli, RunWritesAReportThatConservesEveryEdge) {
                                      "  - {id: src, type: sim.source, params: {count: 2000, streams: 2}}\n"
                                      "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out}}\n"
                                      "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n");
-  Result r = run_cli(dir, {"run", yaml, "--quiet", "--report", dir.file("report.json")});
+  Result r = run_cli(dir, {"run", yaml, "--report", dir.file("report.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("pipeline cli: ok"), std::string::npos) << r.out;
   auto report = nlohmann::json::parse(slurp(dir.file("report.json")));
@@ -356,6 +356,49 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
     }
   }
   return out;
+}
+
+const std::string kJsonlToStdout =
+    "pipeline: lines\n"
+    "stages:\n"
+    "  - {id: src, type: sim.source, params: {count: 50}}\n"
+    "  - {id: dump, type: io.jsonl, inputs: {in: src/out}, params: {path: \"-\"}}\n";
+
+TEST(Cli, QuietRunWritingJsonlToStdoutGivesOnlyJsonLines) {
+  TempDir dir;
+  const std::string yaml = dir.write("lines.yaml", kJsonlToStdout);
+  Result r = run_cli(dir, {"run", yaml, "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json_lines(r.out).size(), 50U) << r.out.substr(0, 2000);
+  EXPECT_EQ(r.err.find("pipeline lines: ok"), std::string::npos) << r.err;
+  // The same through a JSON parser of the shell's, as a user pipes it.
+  if (run_bash("command -v python3 > /dev/null") == 0) {
+    EXPECT_EQ(run_bash(std::string("\"") + SWARMFLOW_CLI + "\" run \"" + yaml +
+                       "\" --quiet | python3 -c \"import sys, json; [json.loads(l) for l in sys.stdin]\""),
+              0);
+  }
+}
+
+TEST(Cli, ARunWritingToStdoutPrintsItsSummaryOnStderr) {
+  TempDir dir;
+  const std::string yaml = dir.write("lines.yaml", kJsonlToStdout);
+  Result r = run_cli(dir, {"run", yaml});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json_lines(r.out).size(), 50U) << r.out.substr(0, 2000);
+  EXPECT_NE(r.err.find("pipeline lines: ok"), std::string::npos) << r.err;
+}
+
+TEST(Cli, QuietRunPrintsNoSummary) {
+  TempDir dir;
+  const std::string yaml = dir.write("q.yaml",
+                                     "pipeline: q\n"
+                                     "stages:\n"
+                                     "  - {id: src, type: sim.source, params: {count: 50}}\n"
+                                     "  - {id: sink, type: sim.sink, inputs: {in: src/out}}\n");
+  Result r = run_cli(dir, {"run", yaml, "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.find("pipeline q: ok"), std::string::npos) << r.err;
 }
 
 /// A pipeline of the test camera through example.brightness into `lines`,
