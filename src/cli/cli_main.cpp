@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include <swarmflow/cli.hpp>
+#include <swarmflow/log.hpp>
 #include <swarmflow/swarmflow.hpp>
 #include <swarmflow/version.hpp>
 
@@ -307,6 +308,12 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   app.set_version_flag("--version", cli_options.program + " " + SWARMFLOW_VERSION_STRING, "print the version and exit");
   StageSources stages;
   stages.options = &cli_options;
+  std::string log_level;
+  std::string log_file;
+  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error or off; else $SWARMFLOW_LOG")
+      ->type_name("LEVEL");
+  app.add_option("--log-file", log_file, "append log lines to this file instead of standard error")
+      ->type_name(kFileValue);
   app.add_option("--plugin", stages.plugins,
                  "load a stage pack built as a shared library (repeatable; SWARMFLOW_PLUGIN_PATH also lists them)")
       ->type_name(kFileValue);
@@ -395,6 +402,14 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitInvalid;
+  }
+  swarmflow::log::Options log_options;
+  log_options.file = log_file;
+  swarmflow::Status logging = swarmflow::log::choose_level(log_level, std::getenv("SWARMFLOW_LOG"), &log_options.level);
+  if (logging.ok()) logging = swarmflow::log::configure(log_options);
+  if (!logging.ok()) {
+    std::fprintf(stderr, "%s: %s\n", cli_options.program.c_str(), logging.message().c_str());
+    return kExitInvalid;
   }
   if (*run) return cmd_run(run_args, stages);
   if (*unit) {

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include <swarmflow/log.hpp>
+
 #include "runtime/messages.hpp"
 #include "runtime/replica_core.hpp"
 #include "runtime/run_state.hpp"
@@ -168,7 +170,7 @@ class StageHost final : public ReplicaEffects {
     run_->stop_requested.store(true);
   }
 
-  void log(const std::string& line) override { std::fprintf(stderr, "swarmflow: %s\n", line.c_str()); }
+  void log(const std::string& line) override { swarmflow::log::warn("%s", line.c_str()); }
 
  private:
   // -- messages to other replicas: direct within the unit, else the transport

@@ -1,6 +1,6 @@
 // The `swarmflow` command end to end: exit codes, diagnostics, the report,
 // a clean drain on SIGINT, the version and key files, the graph drawn by dot,
-// bash completion, stdout left to data, plugins.
+// bash completion, stdout left to data, plugins, the log's level and file.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -494,6 +495,45 @@ TEST(Cli, PluginsOnSwarmflowPluginPathAreLoaded) {
   EXPECT_EQ(run_bash("SWARMFLOW_PLUGIN_PATH=" + folder + ":/no/such/folder \"" SWARMFLOW_CLI
                      "\" describe example.brightness > /dev/null 2>&1"),
             2);
+}
+
+/// Two units in this process; sim.work fails now and then, which its host logs.
+const std::string kFailingWork =
+    "pipeline: f\n"
+    "units: 2\n"
+    "stages:\n"
+    "  - {id: src, type: sim.source, params: {count: 200}}\n"
+    "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {fail_every: 50}}\n"
+    "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n";
+
+TEST(Cli, LogLinesCarryTimeLevelAndUnitsAndGoToTheLogFile) {
+  TempDir dir;
+  const std::string yaml = dir.write("f.yaml", kFailingWork);
+  Result plain = run_cli(dir, {"run", yaml, "--quiet"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::regex line(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} warning u0,u1 swarmflow: work: replica \d failed)");
+  EXPECT_TRUE(std::regex_search(plain.err, line)) << plain.err;
+
+  const std::string log = dir.file("logs.txt");
+  Result to_file = run_cli(dir, {"run", yaml, "--quiet", "--log-file", log});
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.err;
+  EXPECT_TRUE(std::regex_search(slurp(log), line)) << slurp(log);
+  EXPECT_EQ(to_file.err.find("failed"), std::string::npos) << to_file.err;
+}
+
+TEST(Cli, LogLevelFromTheFlagOrSwarmflowLog) {
+  TempDir dir;
+  const std::string yaml = dir.write("f.yaml", kFailingWork);
+  Result off = run_cli(dir, {"run", yaml, "--quiet", "--log-level", "error"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.err.find("failed"), std::string::npos) << off.err;
+
+  const std::string err = dir.file("env.err");
+  EXPECT_EQ(run_bash("SWARMFLOW_LOG=off \"" SWARMFLOW_CLI "\" run \"" + yaml + "\" --quiet 2> \"" + err + "\""), 0);
+  EXPECT_EQ(slurp(err), "");
+  EXPECT_EQ(run_bash("SWARMFLOW_LOG=loud \"" SWARMFLOW_CLI "\" run \"" + yaml + "\" --quiet 2> \"" + err + "\""), 2);
+  EXPECT_NE(slurp(err).find("SWARMFLOW_LOG: unknown level 'loud'"), std::string::npos) << slurp(err);
+  EXPECT_EQ(run_cli(dir, {"validate", yaml, "--log-level", "loud"}).exit_code, 2);
 }
 
 }  // namespace
