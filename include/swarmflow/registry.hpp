@@ -24,8 +24,9 @@ struct StageType {
   StageFactory make;
 };
 
-/// Stage types by name. Built-in packs add themselves through
-/// `register_<pack>_stages(Registry&)`; applications add their own with `add`.
+/// Stage types by name. Packs add themselves through
+/// `register_<pack>_stages(Registry&)`; applications add their own with
+/// `add`, plugins theirs through `load_plugin`.
 class Registry {
  public:
   /// Adds a type; fails if the name is taken.
@@ -61,7 +62,9 @@ class Registry {
   std::vector<std::string> plugins_;
 };
 
-/// Adds every built-in pack (sim, io, ...) to `registry`.
+/// Adds the packs the runtime carries (sim, io) to `registry`. The packs on
+/// OpenCV and GStreamer are libraries of their own (swarmflow::actors_video,
+/// ...), registered by whoever links them.
 void register_builtin_stages(Registry& registry);
 
 /// Edit distance between two strings (for "did you mean" hints).

@@ -22,11 +22,26 @@
 #include <swarmflow/swarmflow.hpp>
 #include <swarmflow/version.hpp>
 
-#include "cli/calibrate.hpp"
 #include "cli/catalogue.hpp"
-#include "config/pipeline_spec.hpp"
 #include "cli/completion.hpp"
 #include "cli/progress.hpp"
+#include "config/pipeline_spec.hpp"
+
+// The packs on OpenCV and GStreamer that this build has (SWARMFLOW_WITH_*).
+#if SWARMFLOW_WITH_VIDEO
+#include "video/video.hpp"
+#endif
+#if SWARMFLOW_WITH_VISION
+#include "vision/vision.hpp"
+#endif
+#if SWARMFLOW_WITH_INSPECTION
+#include "inspection/batch_quality.hpp"
+#include "inspection/inspection.hpp"
+#endif
+#if SWARMFLOW_WITH_VIDEO && SWARMFLOW_WITH_VISION
+#define SWARMFLOW_WITH_CALIBRATE 1
+#include "cli/calibrate.hpp"
+#endif
 
 namespace {
 
@@ -40,15 +55,30 @@ void on_signal(int) {
   if (g_signals.fetch_add(1) >= 1) _exit(kExitRuntime);  // second signal: stop now
 }
 
-/// The stage types every registry of this command gets beyond the built-in
-/// packs: the application's own (CliOptions), then the plugins of
-/// SWARMFLOW_PLUGIN_PATH, then those of `--plugin`.
+/// Adds the packs of this build beyond the runtime's own (sim, io).
+void register_media_packs([[maybe_unused]] swarmflow::Registry& registry) {
+#if SWARMFLOW_WITH_VIDEO
+  swarmflow::register_video_stages(registry);
+#endif
+#if SWARMFLOW_WITH_VISION
+  swarmflow::register_vision_stages(registry);
+#endif
+#if SWARMFLOW_WITH_INSPECTION
+  swarmflow::register_inspection_stages(registry);
+  swarmflow::inspection::register_batch_quality(registry);
+#endif
+}
+
+/// The stage types every registry of this command gets beyond the runtime's
+/// own packs: the packs of this build, the application's own (CliOptions),
+/// then the plugins of SWARMFLOW_PLUGIN_PATH, then those of `--plugin`.
 struct StageSources {
   const swarmflow::CliOptions* options = nullptr;
   std::vector<std::string> plugins;  ///< --plugin, in order
 
   /// Adds them to `registry`; false, having said why, when one fails.
   bool add_to(swarmflow::Registry& registry) const {
+    register_media_packs(registry);
     for (const auto& pack : options->stage_packs) {
       if (swarmflow::Status s = pack(registry); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", options->program.c_str(), s.message().c_str());
@@ -372,6 +402,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   describe->add_flag("--markdown", describe_markdown, "print a pack's page of docs/stages/ (Markdown)")
       ->excludes(json_flag);
 
+#if SWARMFLOW_WITH_CALIBRATE
   swarmflow::cli::CalibrateArgs calibrate_args;
   auto* calibrate = app.add_subcommand(
       "calibrate", "calibrate a camera from frames of a checkerboard and write its calibration file");
@@ -391,6 +422,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   calibrate->add_option("--plane-frame", calibrate_args.plane_frame,
                         "frame showing the board flat on the working plane (gives mm_per_px)")
       ->capture_default_str();
+#endif
 
   std::string completion_shell;
   auto* completion = app.add_subcommand(
@@ -427,10 +459,13 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
                         stages);
   }
   if (*completion) return cmd_completion(app, completion_shell, stages);
+#if SWARMFLOW_WITH_CALIBRATE
   if (*calibrate) {
     swarmflow::Runtime rt;
+    if (!stages.add_to(rt.registry())) return kExitInvalid;
     return swarmflow::cli::run_calibrate(rt.registry(), calibrate_args);
   }
+#endif
   return kExitInvalid;
 }
 

@@ -6,7 +6,9 @@
 # BUILD_DIR/_plugin, then, with SWARMFLOW_PLUGIN_PATH naming the plugin's
 # folder, `describe example.brightness` and a `run --quiet` of
 # examples/plugin/brightness.yaml whose stdout must be only the brightened
-# frames as JSON lines. Any failing step stops the script with its output.
+# frames as JSON lines. Last, find_package(swarmflow) next to a FlatBuffers of
+# another release must fail naming both versions. Any failing step stops the
+# script with its output.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var BUILD_DIR SOURCE_DIR)
@@ -94,3 +96,17 @@ foreach(line IN LISTS lines)
   endforeach()
 endforeach()
 message(STATUS "plugin example: 5 frames brightened to 7 through the stock CLI")
+
+# A FlatBuffers of another release than the one the schema headers were
+# generated with is refused by the package config, naming both.
+set(fake_fb "${plugin_dir}/fake-flatbuffers")
+file(WRITE "${fake_fb}/FlatBuffersConfig.cmake" "# a FlatBuffers of another release, for the test\n")
+file(WRITE "${fake_fb}/FlatBuffersConfigVersion.cmake"
+  "set(PACKAGE_VERSION 99.1.2)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n")
+execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}/examples/plugin" -B "${plugin_dir}/fake-build"
+    ${configure_args} "-DCMAKE_PREFIX_PATH=${install_dir}" "-DFlatBuffers_DIR=${fake_fb}"
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "generated for FlatBuffers [0-9.]+, but[ \n]+FlatBuffers 99.1.2")
+  message(FATAL_ERROR "plugin example: a FlatBuffers of another release was not refused clearly (${rc}):\n${out}")
+endif()
+message(STATUS "plugin example: find_package(swarmflow) refuses FlatBuffers 99.1.2 naming both versions")
