@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -1178,6 +1180,92 @@ class Loader {
     std::vector<Link> links = check_sources();
     check_unconnected();
     check_cycles(links);
+    check_frame_regions(links);
+  }
+
+  /// An integer parameter of `decl` as written, else its declared default;
+  /// `where` is the value's place, or the stage's when it is the default.
+  static std::optional<std::int64_t> integer_param(const StageDecl& decl, const StageSpec& spec,
+                                                   const std::string& name, SourceLoc* where) {
+    const ParamValue* value = nullptr;
+    *where = decl.loc;
+    for (const auto& p : decl.params) {
+      if (p.name == name) {
+        value = &p.value;
+        *where = p.loc;
+      }
+    }
+    if (value == nullptr) {
+      const ParamInfo* info = spec.find_param(name);
+      if (info == nullptr) return std::nullopt;
+      value = &info->default_value;
+    }
+    if (const auto* i = std::get_if<std::int64_t>(value)) return *i;
+    if (const auto* d = std::get_if<double>(value)) return static_cast<std::int64_t>(*d);
+    return std::nullopt;
+  }
+
+  /// A region a stage reads (StageSpec::frame_region) that lies outside the
+  /// frames its producer says it makes (StageSpec::frame_size): every frame
+  /// would miss, so it is refused now rather than failing at run time.
+  void check_frame_regions(const std::vector<Link>& links) {
+    for (const Link& link : links) {
+      const StageFacts& to_facts = facts_[link.to];
+      const StageFacts& from_facts = facts_[link.from];
+      if (!to_facts.type_known || !from_facts.type_known) continue;
+      if (to_facts.ports->frame_regions().empty() || from_facts.ports->frame_sizes().empty()) continue;
+      const StageDecl& consumer = spec_.stages[link.to];
+      const StageDecl& producer = spec_.stages[link.from];
+      const InputDecl& in = consumer.inputs[link.input];
+      const int in_port = to_facts.ports->input_index(in.port);
+      const int out_port = from_facts.ports->output_index(in.from_port);
+      for (const auto& size : from_facts.ports->frame_sizes()) {
+        if (size.port != out_port) continue;
+        SourceLoc unused;
+        const auto w = integer_param(producer, *from_facts.ports, size.width, &unused);
+        const auto h = integer_param(producer, *from_facts.ports, size.height, &unused);
+        if (!w || !h || *w <= 0 || *h <= 0) continue;
+        for (const auto& region : to_facts.ports->frame_regions()) {
+          if (region.port == in_port) check_region(consumer, *to_facts.ports, region, in, producer, *w, *h);
+        }
+      }
+    }
+  }
+
+  void check_region(const StageDecl& consumer, const StageSpec& spec, const FrameRegionDecl& region,
+                    const InputDecl& in, const StageDecl& producer, std::int64_t frame_w, std::int64_t frame_h) {
+    SourceLoc x_loc, y_loc, w_loc, h_loc;
+    const auto x = integer_param(consumer, spec, region.x, &x_loc);
+    const auto y = integer_param(consumer, spec, region.y, &y_loc);
+    const auto w = integer_param(consumer, spec, region.width, &w_loc);
+    const auto h = integer_param(consumer, spec, region.height, &h_loc);
+    if (!x || !y || !w || !h) return;
+    const std::string frames = "the " + std::to_string(frame_w) + "x" + std::to_string(frame_h) + " frames of " +
+                               in_quotes(in.from_stage + "/" + in.from_port) + " (its " +
+                               in_quotes(producer.type) + " width and height)";
+    const std::string what = "the region of stage " + in_quotes(consumer.id);
+    const std::string hint = "keep " + region.x + " + " + region.width + " within " + std::to_string(frame_w) + " and " +
+                             region.y + " + " + region.height + " within " + std::to_string(frame_h) +
+                             " (0 = to the edge), or change the size of the frames upstream";
+    if (*x >= frame_w || *y >= frame_h) {
+      report(*x >= frame_w ? x_loc : y_loc,
+             what + " starts at " + region.x + " " + std::to_string(*x) + ", " + region.y + " " + std::to_string(*y) +
+                 ", outside " + frames,
+             hint);
+      return;
+    }
+    if (*w > 0 && *x + *w > frame_w) {
+      report(w_loc,
+             what + " ends at " + region.x + " + " + region.width + " = " + std::to_string(*x + *w) +
+                 ", beyond the right edge of " + frames,
+             hint);
+    }
+    if (*h > 0 && *y + *h > frame_h) {
+      report(h_loc,
+             what + " ends at " + region.y + " + " + region.height + " = " + std::to_string(*y + *h) +
+                 ", beyond the bottom edge of " + frames,
+             hint);
+    }
   }
 
   /// "did you mean" among `candidates` while the file's budget of name

@@ -536,4 +536,24 @@ TEST(Cli, LogLevelFromTheFlagOrSwarmflowLog) {
   EXPECT_EQ(run_cli(dir, {"validate", yaml, "--log-level", "loud"}).exit_code, 2);
 }
 
+TEST(Cli, ValidateRefusesACropOutsideTheDeclaredFrameSize) {
+  TempDir dir;
+  const std::string yaml = dir.write("crop.yaml",
+                                     "pipeline: crop\n"
+                                     "stages:\n"
+                                     "  - {id: cam, type: video.source, params: {uri: \"test://smpte\", width: 320, height: 240}}\n"
+                                     "  - id: crop\n"
+                                     "    type: vision.crop\n"
+                                     "    inputs: {frames: cam/frames}\n"
+                                     "    params: {x: 2000, width: 100}\n"
+                                     "  - {id: out, type: video.sink, inputs: {frames: crop/frames}}\n");
+  Result r = run_cli(dir, {"validate", yaml});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(yaml + ":7:17: error: the region of stage 'crop' starts at x 2000, y 0, outside the 320x240 "
+                              "frames of 'cam/frames'"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(run_cli(dir, {"run", yaml, "--quiet"}).exit_code, 2);
+}
+
 }  // namespace
