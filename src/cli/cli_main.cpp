@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "cli/completion.hpp"
 #include "cli/progress.hpp"
 #include "config/pipeline_spec.hpp"
+#include "graph/graph.hpp"
 
 // The packs on OpenCV and GStreamer that this build has (SWARMFLOW_WITH_*).
 #if SWARMFLOW_WITH_VIDEO
@@ -256,19 +258,37 @@ int cmd_keygen(const std::string& path, bool force) {
   return kExitOk;
 }
 
+/// The pipeline in `file`, checked against `registry` (the runtime's packs,
+/// then `stages`) as a run would check it, its `plugins:` loaded; null, with
+/// every mistake printed, when it does not hold. No runtime is made: checking
+/// allocates nothing of a run (replica figures, routing), so a file of
+/// 100,000 stages validates in the memory its text and graph need.
+std::optional<swarmflow::config::PipelineSpec> check_file(swarmflow::Registry& registry, const StageSources& stages,
+                                                          const std::string& file) {
+  swarmflow::register_builtin_stages(registry);
+  if (!stages.add_to(registry)) return std::nullopt;
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  auto spec = swarmflow::config::load_pipeline_file(
+      file, registry, diagnostics, [&registry](const std::string& path) { return registry.load_plugin(path); });
+  if (!spec) {
+    std::fputs(swarmflow::format_diagnostics(diagnostics).c_str(), stderr);
+    std::fprintf(stderr, "%zu error%s in %s\n", diagnostics.size(), diagnostics.size() == 1 ? "" : "s", file.c_str());
+  }
+  return spec;
+}
+
 int cmd_validate(const std::string& file, const StageSources& stages) {
-  swarmflow::Runtime rt;
-  if (!stages.add_to(rt.registry())) return kExitInvalid;
-  if (int rc = load(rt, file); rc != kExitOk) return rc;
+  swarmflow::Registry registry;
+  if (!check_file(registry, stages, file)) return kExitInvalid;
   std::printf("%s: ok\n", file.c_str());
   return kExitOk;
 }
 
 int cmd_graph(const std::string& file, const StageSources& stages) {
-  swarmflow::Runtime rt;
-  if (!stages.add_to(rt.registry())) return kExitInvalid;
-  if (int rc = load(rt, file); rc != kExitOk) return rc;
-  std::fputs(rt.dot().c_str(), stdout);
+  swarmflow::Registry registry;
+  const auto spec = check_file(registry, stages, file);
+  if (!spec) return kExitInvalid;
+  std::fputs(swarmflow::graph::Graph::build(*spec, registry).to_dot(spec->name).c_str(), stdout);
   return kExitOk;
 }
 
