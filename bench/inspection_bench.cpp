@@ -41,6 +41,8 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "inspection/defect_detector.hpp"
+#include "inspection/inspection.hpp"
+#include "video/video.hpp"
 #include "video/synthetic_parts.hpp"
 
 #include "bench_args.hpp"
@@ -275,6 +277,8 @@ RunResult run_swarmflow(const Options& o, int threads) {
   ro.threads = threads;
   swarmflow::Runtime runtime(ro);
   RunResult r;
+  swarmflow::register_video_stages(runtime.registry());
+  swarmflow::register_inspection_stages(runtime.registry());
   swarmflow::Status s = runtime.registry().add<ResultCounter>("bench.results", "counts results and their defects");
   std::vector<swarmflow::Diagnostic> diagnostics;
   if (s.ok()) s = runtime.load_string(pipeline_yaml(o), "bench_inspection.yaml", &diagnostics);

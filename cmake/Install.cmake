@@ -3,14 +3,24 @@
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/swarmflow" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/actors/"
-        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/swarmflow/actors"
-        FILES_MATCHING PATTERN "*.hpp")
+# The headers of the packs this build has.
+set(_swarmflow_packs sim io)
+foreach(pack VIDEO VISION INSPECTION)
+  if(SWARMFLOW_WITH_${pack})
+    string(TOLOWER ${pack} name)
+    list(APPEND _swarmflow_packs ${name})
+  endif()
+endforeach()
+set(_swarmflow_pack_targets)
+foreach(pack IN LISTS _swarmflow_packs)
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/actors/${pack}"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/swarmflow/actors"
+          FILES_MATCHING PATTERN "*.hpp")
+  list(APPEND _swarmflow_pack_targets swarmflow_actors_${pack})
+endforeach()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/pipelines/" DESTINATION "${CMAKE_INSTALL_DATADIR}/swarmflow/pipelines")
 
-install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime
-                swarmflow_actors_sim swarmflow_actors_io
-                swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
+install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime swarmflow_cli ${_swarmflow_pack_targets}
         EXPORT swarmflowTargets
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
@@ -22,8 +32,7 @@ install(TARGETS swarmflow RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 # prefix works (`cmake --install build --prefix DIR`), not only the one that
 # CMAKE_INSTALL_RPATH named at configure time.
 file(RELATIVE_PATH _bin_to_lib "${CMAKE_INSTALL_FULL_BINDIR}" "${CMAKE_INSTALL_FULL_LIBDIR}")
-set_target_properties(swarmflow_core swarmflow_runtime swarmflow_actors_sim swarmflow_actors_io
-                swarmflow_actors_video swarmflow_actors_vision swarmflow_actors_inspection
+set_target_properties(swarmflow_core swarmflow_runtime swarmflow_cli ${_swarmflow_pack_targets}
   PROPERTIES INSTALL_RPATH "$ORIGIN")
 set_target_properties(swarmflow PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
 

@@ -28,6 +28,10 @@ add_custom_command(
   VERBATIM)
 set(SWARMFLOW_SCHEMA_TEXTS_CPP "${_schema_texts}")
 
+# swarmflow/version.hpp: the release the installed headers belong to.
+configure_file("${PROJECT_SOURCE_DIR}/cmake/version.hpp.in" "${SWARMFLOW_GENERATED_DIR}/swarmflow/version.hpp" @ONLY)
+install(FILES "${SWARMFLOW_GENERATED_DIR}/swarmflow/version.hpp" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/swarmflow")
+
 add_custom_target(swarmflow_schemas_gen DEPENDS ${_generated_headers} "${_schema_texts}")
 add_library(swarmflow_schemas INTERFACE)
 add_dependencies(swarmflow_schemas swarmflow_schemas_gen)

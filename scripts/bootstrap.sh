@@ -9,6 +9,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   libflatbuffers-dev flatbuffers-compiler
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
+  libspdlog-dev                                 # swarmflow's log (levels, timestamps, --log-file)
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2
   graphviz                                      # dot draws `swarmflow graph`

@@ -1,10 +1,9 @@
 #include "video/gst_support.hpp"
 
-#include <cstdio>
-
 #include <gst/gst.h>
 
 #include <swarmflow/envelope.hpp>
+#include <swarmflow/log.hpp>
 
 namespace swarmflow::video {
 
@@ -60,7 +59,7 @@ void RateLimitedLog::log(const std::string& message) {
   }
   std::string extra;
   if (suppressed_ > 0) extra = " (" + std::to_string(suppressed_) + " similar messages suppressed)";
-  std::fprintf(stderr, "swarmflow: %s: %s%s\n", name_.c_str(), message.c_str(), extra.c_str());
+  swarmflow::log::warn("%s: %s%s", name_.c_str(), message.c_str(), extra.c_str());
   last_ns_ = now;
   suppressed_ = 0;
 }

@@ -26,6 +26,7 @@ void VideoSource::setup(StageSpec& s) {
           "test://smpte");
   s.param(width_, "width", "output width in pixels, 0 = as the source gives", 0, {0.0, 16384.0});
   s.param(height_, "height", "output height in pixels, 0 = as the source gives", 0, {0.0, 16384.0});
+  s.frame_size(frames_, "width", "height");
   s.param(fps_, "fps", "output frames per second, 0 = as the source gives (synthetic: unpaced)", 0.0, {0.0, 1000.0});
   s.param(format_, "format", "pixel format of the frames", "BGR", {"BGR", "GRAY8", "NV12"});
   s.param(count_, "count", "frames to deliver per replica, 0 = until the source ends or forever", 0, {0.0, {}});

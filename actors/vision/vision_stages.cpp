@@ -52,6 +52,7 @@ void Convert::setup(StageSpec& s) {
   out_ = s.output<schema::Frame>("frames", "converted frames");
   s.param(width_, "width", "output width in pixels, 0 = keep", 0, {0.0, 16384.0});
   s.param(height_, "height", "output height in pixels, 0 = keep", 0, {0.0, 16384.0});
+  s.frame_size(out_, "width", "height");
   s.param(format_, "format", "output pixel format, empty = keep", "", {"", "BGR", "RGB", "GRAY8", "BGRA"});
   s.param(interpolation_, "interpolation", "resampling for resizing", "area", {"area", "linear", "nearest"});
 }
@@ -97,6 +98,8 @@ void Crop::setup(StageSpec& s) {
   s.param(y_, "y", "top edge of the region in pixels", 0, {0.0, 16384.0});
   s.param(width_, "width", "width of the region, 0 = to the right edge", 0, {0.0, 16384.0});
   s.param(height_, "height", "height of the region, 0 = to the bottom edge", 0, {0.0, 16384.0});
+  s.frame_region(in_, "x", "y", "width", "height");
+  s.frame_size(out_, "width", "height");
 }
 
 Status Crop::process(Inputs& in, Outputs& out, StageContext&) {

@@ -58,12 +58,15 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  /// The stage catalogue, with the built-in packs already added. Add your own
-  /// stages before `load_*`.
+  /// The stage catalogue, with the runtime's own packs (sim, io) already
+  /// added. Add your own stages, and the packs on OpenCV and GStreamer you
+  /// link (`register_video_stages`, `register_vision_stages`,
+  /// `register_inspection_stages`), before `load_*`.
   Registry& registry();
 
   /// Loads and validates a pipeline definition. On failure every mistake is in
-  /// `diagnostics` (when given) and the status is `invalid_argument`.
+  /// `diagnostics` (when given) and the status is `invalid_argument`. The
+  /// plugins its `plugins:` names are loaded into `registry()` first.
   Status load_file(const std::string& path, std::vector<Diagnostic>* diagnostics = nullptr);
   Status load_string(const std::string& yaml, const std::string& name,
                      std::vector<Diagnostic>* diagnostics = nullptr);

@@ -58,6 +58,25 @@ class OutputPort {
   int index_ = -1;
 };
 
+/// `StageSpec::frame_size`: frames on output `port` are `width` x `height`
+/// pixels, as the parameters of those names set them, when both are nonzero.
+struct FrameSizeDecl {
+  int port = -1;
+  std::string width;
+  std::string height;
+};
+
+/// `StageSpec::frame_region`: the region the parameters `x`, `y`, `width`,
+/// `height` name (a width or height of 0 = to the edge) must lie inside the
+/// frames on input `port`.
+struct FrameRegionDecl {
+  int port = -1;
+  std::string x;
+  std::string y;
+  std::string width;
+  std::string height;
+};
+
 /// What a stage declares in `setup`: ports and parameters, nothing else. The
 /// loader uses it to check a pipeline without running it; `swarmflow describe`
 /// prints it.
@@ -86,6 +105,26 @@ class StageSpec {
   /// one input alone.
   void require_join() { require_join_ = true; }
   bool requires_join() const { return require_join_; }
+
+  /// For a stage whose output frames have the size its parameters say:
+  /// frames on `port` are `width_param` x `height_param` pixels whenever both
+  /// are nonzero. The loader uses it to check regions downstream.
+  template <class T>
+  void frame_size(const OutputPort<T>& port, std::string width_param, std::string height_param) {
+    frame_sizes_.push_back(FrameSizeDecl{port.index(), std::move(width_param), std::move(height_param)});
+  }
+  /// For a stage that reads a region of its input frames (a crop): the
+  /// region its parameters `x`, `y`, `width`, `height` name must lie inside
+  /// the frames on `port`. Where the producer of those frames declares their
+  /// size (`frame_size`), a region outside them is refused when the pipeline
+  /// is loaded, at the parameter that puts it there.
+  template <class T>
+  void frame_region(const InputPort<T>& port, std::string x, std::string y, std::string width, std::string height) {
+    frame_regions_.push_back(
+        FrameRegionDecl{port.index(), std::move(x), std::move(y), std::move(width), std::move(height)});
+  }
+  const std::vector<FrameSizeDecl>& frame_sizes() const { return frame_sizes_; }
+  const std::vector<FrameRegionDecl>& frame_regions() const { return frame_regions_; }
 
   /// Declares an output port carrying root table T.
   template <class T>
@@ -127,6 +166,8 @@ class StageSpec {
   std::vector<void*> fields_;
   bool drop_partial_joins_ = false;
   bool require_join_ = false;
+  std::vector<FrameSizeDecl> frame_sizes_;
+  std::vector<FrameRegionDecl> frame_regions_;
 };
 
 /// The input of one step. Usually one envelope and the port it came on; for

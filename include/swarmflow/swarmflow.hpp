@@ -4,8 +4,10 @@
 
 #include <swarmflow/envelope.hpp>
 #include <swarmflow/params.hpp>
+#include <swarmflow/plugin.hpp>
 #include <swarmflow/registry.hpp>
 #include <swarmflow/report.hpp>
 #include <swarmflow/runtime.hpp>
 #include <swarmflow/stage.hpp>
 #include <swarmflow/status.hpp>
+#include <swarmflow/version.hpp>

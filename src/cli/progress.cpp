@@ -190,4 +190,30 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
   return out;
 }
 
+SummaryTarget summary_target(bool quiet, bool stdout_is_data) {
+  if (quiet) return SummaryTarget::nowhere;
+  return stdout_is_data ? SummaryTarget::standard_error : SummaryTarget::standard_output;
+}
+
+bool writes_to_stdout(const config::PipelineSpec& spec, const Registry& registry) {
+  for (const auto& stage : spec.stages) {
+    const config::ParamDecl* set = nullptr;
+    for (const auto& p : stage.params) {
+      if (p.name == "path") set = &p;
+    }
+    if (set != nullptr) {
+      const auto* text = std::get_if<std::string>(&set->value);
+      if (text != nullptr && *text == "-") return true;
+      continue;
+    }
+    StageSpec declared;
+    if (!registry.describe(stage.type, declared).ok()) continue;
+    const ParamInfo* info = declared.find_param("path");
+    if (info == nullptr) continue;
+    const auto* text = std::get_if<std::string>(&info->default_value);
+    if (text != nullptr && *text == "-") return true;
+  }
+  return false;
+}
+
 }  // namespace swarmflow::cli

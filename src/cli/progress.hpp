@@ -5,7 +5,10 @@
 #include <set>
 #include <string>
 
+#include <swarmflow/registry.hpp>
 #include <swarmflow/report.hpp>
+
+#include "config/pipeline_spec.hpp"
 
 namespace swarmflow::cli {
 
@@ -35,5 +38,16 @@ std::string eta_text(double seconds);
 /// stages the pipeline keys (`key:`), whose streams stay on one replica;
 /// docs/report.md explains every column.
 std::string summary_table(const RunReport& report, const std::set<std::string>& keyed = {});
+
+/// Where `run` prints its summary.
+enum class SummaryTarget { standard_output, standard_error, nowhere };
+
+/// `--quiet` prints no summary; a pipeline that writes its data to standard
+/// output gets the summary on standard error, so stdout carries data alone.
+SummaryTarget summary_target(bool quiet, bool stdout_is_data);
+
+/// True when a stage of `spec` writes to standard output: its string
+/// parameter `path` is `-`, as written or by default (io.jsonl's default).
+bool writes_to_stdout(const config::PipelineSpec& spec, const Registry& registry);
 
 }  // namespace swarmflow::cli

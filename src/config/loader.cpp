@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -56,8 +58,8 @@ namespace {
 
 // -- vocabulary ---
 
-const std::vector<std::string> kTopKeys = {"pipeline", "units",     "coordinator", "coordinator_key",
-                                           "stages",   "placement", "transport", "failure"};
+const std::vector<std::string> kTopKeys = {"pipeline",  "units",     "coordinator", "coordinator_key", "plugins",
+                                           "stages",    "placement", "transport",   "failure"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes"};
 const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
@@ -315,9 +317,11 @@ struct Link {
 
 class Loader {
  public:
-  Loader(std::string file, const Registry& registry, std::vector<Diagnostic>& diagnostics)
+  Loader(std::string file, const Registry& registry, std::vector<Diagnostic>& diagnostics,
+         const PluginLoader& load_plugin = {})
       : file_(std::move(file)),
         registry_(registry),
+        load_plugin_(load_plugin),
         diagnostics_(diagnostics),
         first_diagnostic_(diagnostics.size()) {
     spec_.file = file_;
@@ -498,10 +502,50 @@ class Loader {
       report(coordinator->value_loc(), "a tcp coordinator needs `coordinator_key`",
              "tcp endpoints use CURVE: make a key pair with `swarmflow keygen` and give its public key (or .pub file)");
     }
+    // Plugins first: the stages may use the types they add.
+    if (const Entry* e = entries->find("plugins")) read_plugins(*e);
     read_stages(entries->find("stages"), root);
     if (const Entry* e = entries->find("placement")) read_placement(*e);
     if (const Entry* e = entries->find("transport")) read_transport(*e);
     if (const Entry* e = entries->find("failure")) read_failure(*e);
+  }
+
+  /// `plugins: [lib/libmine.so, ...]` (or one path): shared libraries of
+  /// stage packs, relative to the definition's folder.
+  void read_plugins(const Entry& e) {
+    const char* const hint = "list the plugin files, e.g. `plugins: [build/libmine.so]`, relative to this file";
+    std::vector<YAML::Node> items;
+    if (e.value.IsScalar()) {
+      items.push_back(e.value);
+    } else if (e.value.IsSequence()) {
+      for (const auto& item : e.value) items.push_back(item);
+    } else {
+      report(e.value_loc(), "'plugins' must be a list of files, got " + shown(e.value), hint);
+      return;
+    }
+    const std::filesystem::path folder = std::filesystem::path(file_).parent_path();
+    for (const auto& item : items) {
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        report(loc_of(item), "a plugin must be a file name, got " + shown(item), hint);
+        continue;
+      }
+      std::filesystem::path path(item.Scalar());
+      if (path.is_relative()) path = folder / path;
+      const std::string resolved = path.lexically_normal().string();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(resolved, ec)) {
+        report(loc_of(item), "plugin file not found: " + resolved,
+               "a relative path starts at the folder of this file; build the plugin or fix the path");
+        continue;
+      }
+      if (load_plugin_) {
+        if (Status s = load_plugin_(resolved); !s.ok()) {
+          report(loc_of(item), s.message(), "rebuild the plugin against this swarmflow, or remove it from `plugins:`");
+          continue;
+        }
+      }
+      spec_.plugins.push_back(resolved);
+    }
   }
 
   void read_name(const Entries& entries, const YAML::Node& root) {
@@ -1150,6 +1194,92 @@ class Loader {
     std::vector<Link> links = check_sources();
     check_unconnected();
     check_cycles(links);
+    check_frame_regions(links);
+  }
+
+  /// An integer parameter of `decl` as written, else its declared default;
+  /// `where` is the value's place, or the stage's when it is the default.
+  static std::optional<std::int64_t> integer_param(const StageDecl& decl, const StageSpec& spec,
+                                                   const std::string& name, SourceLoc* where) {
+    const ParamValue* value = nullptr;
+    *where = decl.loc;
+    for (const auto& p : decl.params) {
+      if (p.name == name) {
+        value = &p.value;
+        *where = p.loc;
+      }
+    }
+    if (value == nullptr) {
+      const ParamInfo* info = spec.find_param(name);
+      if (info == nullptr) return std::nullopt;
+      value = &info->default_value;
+    }
+    if (const auto* i = std::get_if<std::int64_t>(value)) return *i;
+    if (const auto* d = std::get_if<double>(value)) return static_cast<std::int64_t>(*d);
+    return std::nullopt;
+  }
+
+  /// A region a stage reads (StageSpec::frame_region) that lies outside the
+  /// frames its producer says it makes (StageSpec::frame_size): every frame
+  /// would miss, so it is refused now rather than failing at run time.
+  void check_frame_regions(const std::vector<Link>& links) {
+    for (const Link& link : links) {
+      const StageFacts& to_facts = facts_[link.to];
+      const StageFacts& from_facts = facts_[link.from];
+      if (!to_facts.type_known || !from_facts.type_known) continue;
+      if (to_facts.ports->frame_regions().empty() || from_facts.ports->frame_sizes().empty()) continue;
+      const StageDecl& consumer = spec_.stages[link.to];
+      const StageDecl& producer = spec_.stages[link.from];
+      const InputDecl& in = consumer.inputs[link.input];
+      const int in_port = to_facts.ports->input_index(in.port);
+      const int out_port = from_facts.ports->output_index(in.from_port);
+      for (const auto& size : from_facts.ports->frame_sizes()) {
+        if (size.port != out_port) continue;
+        SourceLoc unused;
+        const auto w = integer_param(producer, *from_facts.ports, size.width, &unused);
+        const auto h = integer_param(producer, *from_facts.ports, size.height, &unused);
+        if (!w || !h || *w <= 0 || *h <= 0) continue;
+        for (const auto& region : to_facts.ports->frame_regions()) {
+          if (region.port == in_port) check_region(consumer, *to_facts.ports, region, in, producer, *w, *h);
+        }
+      }
+    }
+  }
+
+  void check_region(const StageDecl& consumer, const StageSpec& spec, const FrameRegionDecl& region,
+                    const InputDecl& in, const StageDecl& producer, std::int64_t frame_w, std::int64_t frame_h) {
+    SourceLoc x_loc, y_loc, w_loc, h_loc;
+    const auto x = integer_param(consumer, spec, region.x, &x_loc);
+    const auto y = integer_param(consumer, spec, region.y, &y_loc);
+    const auto w = integer_param(consumer, spec, region.width, &w_loc);
+    const auto h = integer_param(consumer, spec, region.height, &h_loc);
+    if (!x || !y || !w || !h) return;
+    const std::string frames = "the " + std::to_string(frame_w) + "x" + std::to_string(frame_h) + " frames of " +
+                               in_quotes(in.from_stage + "/" + in.from_port) + " (its " +
+                               in_quotes(producer.type) + " width and height)";
+    const std::string what = "the region of stage " + in_quotes(consumer.id);
+    const std::string hint = "keep " + region.x + " + " + region.width + " within " + std::to_string(frame_w) + " and " +
+                             region.y + " + " + region.height + " within " + std::to_string(frame_h) +
+                             " (0 = to the edge), or change the size of the frames upstream";
+    if (*x >= frame_w || *y >= frame_h) {
+      report(*x >= frame_w ? x_loc : y_loc,
+             what + " starts at " + region.x + " " + std::to_string(*x) + ", " + region.y + " " + std::to_string(*y) +
+                 ", outside " + frames,
+             hint);
+      return;
+    }
+    if (*w > 0 && *x + *w > frame_w) {
+      report(w_loc,
+             what + " ends at " + region.x + " + " + region.width + " = " + std::to_string(*x + *w) +
+                 ", beyond the right edge of " + frames,
+             hint);
+    }
+    if (*h > 0 && *y + *h > frame_h) {
+      report(h_loc,
+             what + " ends at " + region.y + " + " + region.height + " = " + std::to_string(*y + *h) +
+                 ", beyond the bottom edge of " + frames,
+             hint);
+    }
   }
 
   /// "did you mean" among `candidates` while the file's budget of name
@@ -1398,6 +1528,7 @@ class Loader {
 
   std::string file_;
   const Registry& registry_;
+  PluginLoader load_plugin_;
   std::vector<Diagnostic>& diagnostics_;
   std::size_t first_diagnostic_;
   PipelineSpec spec_;
@@ -1419,12 +1550,14 @@ class Loader {
 
 std::optional<PipelineSpec> load_pipeline_string(const std::string& text, const std::string& name,
                                                  const Registry& registry,
-                                                 std::vector<Diagnostic>& diagnostics) {
-  return Loader(name, registry, diagnostics).load(text);
+                                                 std::vector<Diagnostic>& diagnostics,
+                                                 const PluginLoader& load_plugin) {
+  return Loader(name, registry, diagnostics, load_plugin).load(text);
 }
 
 std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Registry& registry,
-                                               std::vector<Diagnostic>& diagnostics) {
+                                               std::vector<Diagnostic>& diagnostics,
+                                               const PluginLoader& load_plugin) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     const bool missing = !std::filesystem::exists(path, ec);
@@ -1444,7 +1577,7 @@ std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Re
         Diagnostic{path, 0, 0, "cannot read pipeline file: " + path, "check that the file is readable"});
     return std::nullopt;
   }
-  return load_pipeline_string(text.str(), path, registry, diagnostics);
+  return load_pipeline_string(text.str(), path, registry, diagnostics, load_plugin);
 }
 
 }  // namespace swarmflow::config

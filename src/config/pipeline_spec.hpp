@@ -2,6 +2,7 @@
 // The parsed and validated form of a pipeline definition (YAML).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -134,17 +135,25 @@ struct PipelineSpec {
   FailureDecl failure;
   std::string coordinator;      ///< endpoint, optional
   std::string coordinator_key;  ///< its CURVE public key (Z85 or a .pub file), for tcp
+  std::vector<std::string> plugins;  ///< `plugins:`, each resolved against the file's folder
 
   const StageDecl* find_stage(const std::string& id) const;
 };
 
+/// Loads one plugin named by `plugins:` (already resolved) into the registry
+/// the definition is checked against; an error becomes a diagnostic at the entry.
+using PluginLoader = std::function<Status(const std::string& path)>;
+
 /// Parses and validates a definition against the stage types of `registry`.
 /// Returns nothing when there is any mistake; then `diagnostics` holds all of
-/// them, each with file:line:col and a hint.
+/// them, each with file:line:col and a hint. The files `plugins:` names are
+/// given to `load_plugin`, when there is one, before any stage is checked.
 std::optional<PipelineSpec> load_pipeline_file(const std::string& path, const Registry& registry,
-                                               std::vector<Diagnostic>& diagnostics);
+                                               std::vector<Diagnostic>& diagnostics,
+                                               const PluginLoader& load_plugin = {});
 std::optional<PipelineSpec> load_pipeline_string(const std::string& text, const std::string& name,
                                                  const Registry& registry,
-                                                 std::vector<Diagnostic>& diagnostics);
+                                                 std::vector<Diagnostic>& diagnostics,
+                                                 const PluginLoader& load_plugin = {});
 
 }  // namespace swarmflow::config

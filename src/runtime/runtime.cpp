@@ -1,5 +1,7 @@
 #include <swarmflow/runtime.hpp>
 
+#include <swarmflow/log.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -677,6 +679,11 @@ struct Runtime::Impl {
 
   ~Impl() { stop_failure_watch(); }
 
+  /// Loads what a definition's `plugins:` names into this runtime's registry.
+  config::PluginLoader plugin_loader() {
+    return [this](const std::string& path) { return registry.load_plugin(path); };
+  }
+
   // -- CURVE: public keys of every unit (resolved), this process's key pair
   std::vector<std::string> unit_keys;
   std::string coordinator_key;
@@ -1229,7 +1236,7 @@ struct Runtime::Impl {
     for (const auto& m : report.moved) moved += (moved.empty() ? "" : ", ") + m;
     std::string lost;
     for (const auto& l : report.lost) lost += (lost.empty() ? "" : ", ") + l;
-    std::fprintf(stderr, "swarmflow: %s; placement epoch %u: %s%s%s\n", who.c_str(), epoch,
+    swarmflow::log::warn("%s; placement epoch %u: %s%s%s", who.c_str(), epoch,
                  moved.empty() ? "nothing to move" : moved.c_str(), lost.empty() ? "" : "; lost: ", lost.c_str());
     run->record_failover(std::move(report), now, steady_now_ns());
     // A stateful replica moved to a unit process starts from its latest
@@ -1259,7 +1266,7 @@ struct Runtime::Impl {
         cluster->plan_sent[u] = true;
         const std::uint32_t epoch = run->table()->epoch;
         lock.unlock();
-        std::fprintf(stderr, "swarmflow: unit '%s' is back: it joins again without replicas (placement epoch %u)\n",
+        swarmflow::log::info("unit '%s' is back: it joins again without replicas (placement epoch %u)",
                      id.c_str(), epoch);
         control_server->send(id, runtime::plan_message(*run));
         lock.lock();
@@ -1267,7 +1274,7 @@ struct Runtime::Impl {
         cluster->rejoining[u] = false;
         const std::uint32_t epoch = run->table()->epoch;
         lock.unlock();
-        std::fprintf(stderr, "swarmflow: unit '%s' runs again: failover may place replicas on it\n", id.c_str());
+        swarmflow::log::info("unit '%s' runs again: failover may place replicas on it", id.c_str());
         control_server->send(id, runtime::simple_message<schema::Go>(schema::ControlBody::Go, epoch));
         lock.lock();
       }
@@ -1324,7 +1331,7 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
     }
-    std::fprintf(stderr, "swarmflow: coordinator at %s: takes over the running pipeline at placement epoch %u\n",
+    swarmflow::log::info("coordinator at %s: takes over the running pipeline at placement epoch %u",
                  run->spec.coordinator.c_str(), epoch);
     return {};
   }
@@ -1383,7 +1390,7 @@ struct Runtime::Impl {
       // This unit was declared dead while it was only paused, and its
       // replicas were placed elsewhere: they stop here, unfinished, and the
       // unit goes on as one without them (their work is their new hosts').
-      std::fprintf(stderr, "swarmflow: %s: fenced at placement epoch %u: %zu replica%s now run elsewhere; stopped here\n",
+      swarmflow::log::warn("%s: fenced at placement epoch %u: %zu replica%s now run elsewhere; stopped here",
                    local_unit_names().c_str(), epoch, fenced.size(), fenced.size() == 1 ? "" : "s");
       for (const auto& a : fenced) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       if (!options.coordinator) run->reset_replicas(static_cast<int>(fresh.size()));
@@ -1425,16 +1432,15 @@ struct Runtime::Impl {
           if (a) runtime::send_snapshot_stored(a, UINT64_MAX);
         }
       }
-      std::fprintf(stderr,
-                   "swarmflow: %s: lost the coordinator at %s: nothing heard from it for %lld ms; "
-                   "carrying on with the placement of epoch %u\n",
+      swarmflow::log::warn("%s: lost the coordinator at %s: nothing heard from it for %lld ms; "
+                "carrying on with the placement of epoch %u",
                    local_unit_names().c_str(), run->spec.coordinator.c_str(),
                    static_cast<long long>(d.silence_ns(now) / 1'000'000), unit_side->epoch);
       unit_side->cv.notify_all();
     } else if (unit_side->coordinator_lost && d.available(now)) {
       unit_side->coordinator_lost = false;
       run->snapshots_local.store(false, std::memory_order_release);
-      std::fprintf(stderr, "swarmflow: %s: the coordinator at %s is back\n", local_unit_names().c_str(),
+      swarmflow::log::info("%s: the coordinator at %s is back", local_unit_names().c_str(),
                    run->spec.coordinator.c_str());
     }
   }
@@ -1505,6 +1511,21 @@ struct Runtime::Impl {
   }
 
   /// "unit u1" (or "units u1, u2"): the units hosted here, for messages.
+  /// The units of this process as every log line names them: "u1", or
+  /// "u0,u1,u2,u3"; past four, the first three and how many more.
+  std::string log_units() const {
+    constexpr int kNamed = 4;
+    std::vector<std::string> ids;
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u]) ids.push_back(run->spec.units[u].id);
+    }
+    std::string out;
+    const std::size_t shown = ids.size() <= kNamed ? ids.size() : kNamed - 1;
+    for (std::size_t i = 0; i < shown; ++i) out += (i == 0 ? "" : ",") + ids[i];
+    if (shown < ids.size()) out += "+" + std::to_string(ids.size() - shown);
+    return out;
+  }
+
   std::string local_unit_names() const {
     std::string names;
     int count = 0;
@@ -1600,13 +1621,13 @@ Registry& Runtime::registry() { return impl_->registry; }
 
 Status Runtime::load_file(const std::string& path, std::vector<Diagnostic>* diagnostics) {
   std::vector<Diagnostic> found;
-  auto spec = config::load_pipeline_file(path, impl_->registry, found);
+  auto spec = config::load_pipeline_file(path, impl_->registry, found, impl_->plugin_loader());
   return impl_->adopt(std::move(spec), found, diagnostics);
 }
 
 Status Runtime::load_string(const std::string& yaml, const std::string& name, std::vector<Diagnostic>* diagnostics) {
   std::vector<Diagnostic> found;
-  auto spec = config::load_pipeline_string(yaml, name, impl_->registry, found);
+  auto spec = config::load_pipeline_string(yaml, name, impl_->registry, found, impl_->plugin_loader());
   return impl_->adopt(std::move(spec), found, diagnostics);
 }
 
@@ -1634,6 +1655,7 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
+  swarmflow::log::set_units(m.log_units());
   auto fail = [&](Status s) {
     m.stop_failure_watch();
     m.stop_unit_actors();
@@ -1675,7 +1697,7 @@ Status Runtime::start() {
       const auto still =
           std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
       if (still.count() >= 500) {
-        std::fprintf(stderr, "swarmflow: coordinator at %s: waiting for %s to join (%lld s left)\n",
+        swarmflow::log::info("coordinator at %s: waiting for %s to join (%lld s left)",
                      m.run->spec.coordinator.c_str(), missing.c_str(),
                      static_cast<long long>((still.count() + 999) / 1000));
       }
@@ -1800,7 +1822,7 @@ Status Runtime::leave() {
                             schema::CreateLeaving(fbb, fbb.CreateString(id), epoch).Union());
     }));
   }
-  std::fprintf(stderr, "swarmflow: %s: leaving: the coordinator hands its replicas over to the other units\n",
+  swarmflow::log::info("%s: leaving: the coordinator hands its replicas over to the other units",
                m.local_unit_names().c_str());
   return {};
 }

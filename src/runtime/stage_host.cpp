@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include <swarmflow/log.hpp>
+
 #include "runtime/messages.hpp"
 #include "runtime/replica_core.hpp"
 #include "runtime/run_state.hpp"
@@ -181,7 +183,7 @@ class StageHost final : public ReplicaEffects {
     run_->stop_requested.store(true);
   }
 
-  void log(const std::string& line) override { std::fprintf(stderr, "swarmflow: %s\n", line.c_str()); }
+  void log(const std::string& line) override { swarmflow::log::warn("%s", line.c_str()); }
 
   void snapshot(ReplicaSnapshot&& snapshot) override {
     if (run_->snapshots_local.load(std::memory_order_acquire)) {

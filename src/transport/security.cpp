@@ -1,5 +1,7 @@
 #include "transport/security.hpp"
 
+#include <swarmflow/log.hpp>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -470,12 +472,12 @@ void ZapHandler::run() {
       if ((items[0].revents & ZMQ_POLLIN) != 0) serve_one();
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      if (e.num() != ETERM) std::fprintf(stderr, "swarmflow: ZAP handler stopped: %s\n", e.what());
+      if (e.num() != ETERM) swarmflow::log::error("ZAP handler stopped: %s", e.what());
       // The endpoint stays bound until the destructor, so requests that
       // arrive from now on go unanswered and their handshakes fail: closed.
       return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "swarmflow: ZAP handler stopped: %s\n", e.what());
+      swarmflow::log::error("ZAP handler stopped: %s", e.what());
       return;
     }
   }
@@ -534,8 +536,7 @@ void ZapHandler::serve_one() {
     std::string who = mechanism.empty() ? std::string("peer") : mechanism + " peer";
     if (!client_key.empty()) who += " " + encode_key(client_key);
     if (!address.empty()) who += " from " + address;
-    std::fprintf(stderr, "swarmflow: refused %s: %s%s\n", who.c_str(), reason.c_str(),
-                 suppressed_text(*suppressed).c_str());
+    swarmflow::log::warn("refused %s: %s%s", who.c_str(), reason.c_str(), suppressed_text(*suppressed).c_str());
   }
 }
 
@@ -732,8 +733,8 @@ void HandshakeMonitor::log_failure(std::uint16_t event, std::uint32_t value, con
   } else {
     reason = errno_text(static_cast<int>(value)) + " (the handshake timed out or broke off)";
   }
-  std::fprintf(stderr, "swarmflow: refused a handshake on %s: %s%s\n", endpoint.c_str(), reason.c_str(),
-               suppressed_text(*suppressed).c_str());
+  swarmflow::log::warn("refused a handshake on %s: %s%s", endpoint.c_str(), reason.c_str(),
+            suppressed_text(*suppressed).c_str());
 }
 
 // -- ipc ------------------------------------------------------------------

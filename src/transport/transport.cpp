@@ -1,5 +1,7 @@
 #include "transport/transport.hpp"
 
+#include <swarmflow/log.hpp>
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -540,9 +542,12 @@ struct Transport::Impl {
       ++suppressed;
       return;
     }
-    std::fprintf(stderr, "swarmflow: unit %s: %s", config.unit_id.c_str(), message.c_str());
-    if (suppressed > 0) std::fprintf(stderr, " (%llu similar suppressed)", static_cast<unsigned long long>(suppressed));
-    std::fputc('\n', stderr);
+    if (suppressed > 0) {
+      swarmflow::log::warn("unit %s: %s (%llu similar suppressed)", config.unit_id.c_str(), message.c_str(),
+                static_cast<unsigned long long>(suppressed));
+    } else {
+      swarmflow::log::warn("unit %s: %s", config.unit_id.c_str(), message.c_str());
+    }
     last_log_ns = now;
     suppressed = 0;
   }

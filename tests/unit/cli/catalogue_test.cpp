@@ -12,6 +12,7 @@
 
 #include "cli/catalogue.hpp"
 #include "config/pipeline_spec.hpp"
+#include "support/media_packs.hpp"
 
 namespace {
 
@@ -61,6 +62,7 @@ std::string completed_example(swarmflow::Registry& registry, const CatalogueEntr
 
 TEST(Catalogue, EveryStagesExampleValidatesWithTheLoader) {
   swarmflow::Runtime rt;
+  swarmflow::testing::register_media_packs(rt.registry());
   std::string error;
   const auto entries = swarmflow::cli::select_stages(rt.registry(), "", &error);
   ASSERT_FALSE(entries.empty()) << error;
@@ -84,6 +86,7 @@ TEST(Catalogue, EveryStagesExampleValidatesWithTheLoader) {
 
 TEST(Catalogue, SelectsAStageAPackOrEverything) {
   swarmflow::Runtime rt;
+  swarmflow::testing::register_media_packs(rt.registry());
   std::string error;
   const auto all = swarmflow::cli::select_stages(rt.registry(), "", &error);
   const auto one = swarmflow::cli::select_stages(rt.registry(), "sim.work", &error);
@@ -101,6 +104,7 @@ TEST(Catalogue, SelectsAStageAPackOrEverything) {
 
 TEST(Catalogue, JsonDocumentHasEveryFieldOfEveryStage) {
   swarmflow::Runtime rt;
+  swarmflow::testing::register_media_packs(rt.registry());
   std::string error;
   const auto entries = swarmflow::cli::select_stages(rt.registry(), "", &error);
   const auto doc = nlohmann::json::parse(swarmflow::cli::describe_json(entries));
@@ -127,6 +131,7 @@ TEST(Catalogue, JsonDocumentHasEveryFieldOfEveryStage) {
 
 TEST(Catalogue, TextMarksOptionalInputsAndEndsWithTheExample) {
   swarmflow::Runtime rt;
+  swarmflow::testing::register_media_packs(rt.registry());
   std::string error;
   for (const auto& entry : swarmflow::cli::select_stages(rt.registry(), "", &error)) {
     const std::string text = swarmflow::cli::describe_text(entry);

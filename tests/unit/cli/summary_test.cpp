@@ -1,7 +1,10 @@
 // The summary `swarmflow run` prints: a sink's reorder count comes with a
-// note saying what it means, and when it is expected.
+// note saying what it means, and when it is expected; it keeps off standard
+// output when that carries data, and --quiet drops it.
 
 #include <gtest/gtest.h>
+
+#include <swarmflow/runtime.hpp>
 
 #include "cli/progress.hpp"
 
@@ -83,6 +86,32 @@ TEST(Summary, EachFailoverIsListedWithWhatMovedWhatWasLostAndTheReplays) {
   EXPECT_NE(text.find("3.50 s  unit u1 dead (silent 251 ms), epoch 2: work/0 -> u2; lost with it"), std::string::npos)
       << text;
   EXPECT_NE(text.find("source/1"), std::string::npos) << text;
+}
+
+TEST(SummaryTarget, QuietPrintsNoSummaryAndDataOnStdoutSendsItToStderr) {
+  using swarmflow::cli::SummaryTarget, swarmflow::cli::summary_target;
+  EXPECT_EQ(summary_target(false, false), SummaryTarget::standard_output);
+  EXPECT_EQ(summary_target(false, true), SummaryTarget::standard_error);
+  EXPECT_EQ(summary_target(true, false), SummaryTarget::nowhere);
+  EXPECT_EQ(summary_target(true, true), SummaryTarget::nowhere);
+}
+
+/// Whether the pipeline of `stages` (YAML list entries) writes to stdout.
+bool stdout_is_data(const std::string& stages) {
+  swarmflow::Runtime rt;
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  auto spec = swarmflow::config::load_pipeline_string("pipeline: p\nstages:\n" + stages, "p.yaml", rt.registry(),
+                                                      diagnostics);
+  EXPECT_TRUE(spec.has_value()) << swarmflow::format_diagnostics(diagnostics);
+  return spec && swarmflow::cli::writes_to_stdout(*spec, rt.registry());
+}
+
+TEST(SummaryTarget, AStagePathOfDashAsWrittenOrByDefaultIsStdout) {
+  const std::string source = "  - {id: s, type: sim.source}\n";
+  EXPECT_FALSE(stdout_is_data(source + "  - {id: k, type: sim.sink, inputs: {in: s/out}}\n"));
+  EXPECT_TRUE(stdout_is_data(source + "  - {id: j, type: io.jsonl, inputs: {in: s/out}}\n"));
+  EXPECT_TRUE(stdout_is_data(source + "  - {id: j, type: io.jsonl, inputs: {in: s/out}, params: {path: \"-\"}}\n"));
+  EXPECT_FALSE(stdout_is_data(source + "  - {id: j, type: io.jsonl, inputs: {in: s/out}, params: {path: out.jsonl}}\n"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <swarmflow/runtime.hpp>
 #include <swarmflow/schema/quality_generated.h>
 
+#include "support/media_packs.hpp"
 #include "video/synthetic_parts.hpp"
 
 namespace swarmflow {
@@ -39,6 +40,7 @@ std::string pipeline() {
 
 TEST(InspectionAcrossUnits, BatchQualityCountsEveryPartAndTheTrueDefects) {
   Runtime rt;
+  swarmflow::testing::register_media_packs(rt.registry());
   std::vector<Diagnostic> diags;
   ASSERT_TRUE(rt.load_string(pipeline(), "inspection-units.yaml", &diags).ok()) << format_diagnostics(diags);
   std::mutex m;
