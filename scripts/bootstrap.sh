@@ -18,6 +18,8 @@ packages=(
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-ugly gstreamer1.0-libav  # x264enc writes H.264, avdec_h264 reads it
   libgstrtspserver-1.0-dev                      # the RTSP camera of the video tests
+  libcpp-httplib-dev                            # --metrics serves /metrics over HTTP
+  prometheus                                    # promtool and a real server scrape /metrics in the tests
 )
 
 missing=()

@@ -33,6 +33,10 @@ struct StageReport {
   std::uint64_t queue_peak = 0;    ///< the most that ever waited at one replica
   std::map<std::string, std::int64_t> counters;  ///< the stage's own named counters
   LatencySummary latency;  ///< capture-to-completion, recorded at sinks
+  /// The same latencies as a histogram: samples at most each bound of
+  /// kServiceBucketsS (cumulative), and their sum.
+  std::vector<std::uint64_t> latency_le;
+  double latency_sum_s = 0;
 };
 
 /// One edge: output port -> input port.
@@ -74,6 +78,27 @@ struct UnitReport {
   std::uint64_t load_reports = 0;        ///< load reports the coordinator received from it
   double utilisation = 0;                ///< busy fraction of its worker threads in the last report
   std::map<std::string, std::uint64_t> rejected_by_reason;
+};
+
+/// Upper bounds of the service-time histogram buckets, in seconds (the
+/// last bucket, +Inf, is implicit).
+inline constexpr double kServiceBucketsS[] = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0};
+inline constexpr int kServiceBuckets = static_cast<int>(sizeof(kServiceBucketsS) / sizeof(kServiceBucketsS[0]));
+
+/// One replica, where it runs and what it did.
+struct ReplicaReport {
+  std::string stage;
+  int replica = 0;
+  std::string unit;             ///< the unit that hosts it by the placement in force ("" when lost)
+  std::uint64_t processed = 0;
+  std::uint64_t errors = 0;
+  std::uint64_t restarts = 0;
+  std::uint64_t dead_letters = 0;
+  std::uint64_t queued = 0;     ///< envelopes waiting at it now
+  /// Time per step: counts per bucket of kServiceBucketsS (not cumulative;
+  /// the last entry is over the largest bound), and their sum.
+  std::vector<std::uint64_t> service_buckets;
+  double service_sum_s = 0;
 };
 
 /// The coordinator's control socket.
@@ -122,6 +147,9 @@ struct RunReport {
   std::vector<UnitReport> units;
   CoordinatorReport coordinator;
   std::vector<FailoverReport> failovers;
+  /// Every replica, stage by stage (figures of replicas in other processes
+  /// arrive with their unit's UnitDone).
+  std::vector<ReplicaReport> replicas;
 
   /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units,
   /// coordinator, failovers.

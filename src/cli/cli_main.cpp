@@ -25,9 +25,11 @@
 
 #include "cli/catalogue.hpp"
 #include "cli/completion.hpp"
+#include "cli/metrics_server.hpp"
 #include "cli/progress.hpp"
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
+#include "metrics/prometheus.hpp"
 
 // The packs on OpenCV and GStreamer that this build has (SWARMFLOW_WITH_*).
 #if SWARMFLOW_WITH_VIDEO
@@ -131,6 +133,7 @@ struct RunArgs {
   bool coordinator = true;         ///< false for `swarmflow unit`
   int join_timeout_ms = 30000;
   std::string secret_key;
+  std::string metrics;  ///< --metrics HOST:PORT: serve /metrics there
 };
 
 /// What the summary needs to know of the pipeline beyond the report.
@@ -168,6 +171,16 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
   swarmflow::Runtime rt(options);
   if (!stages.add_to(rt.registry())) return kExitInvalid;
   if (int rc = load(rt, args.file); rc != kExitOk) return rc;
+  std::unique_ptr<swarmflow::cli::MetricsServer> metrics;
+  if (!args.metrics.empty()) {
+    std::string error;
+    metrics = swarmflow::cli::MetricsServer::start(
+        args.metrics, [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); }, &error);
+    if (!metrics) {
+      std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
+      return kExitInvalid;
+    }
+  }
   install_signal_handlers();
   swarmflow::Status s = rt.start();
   if (!s.ok()) {
@@ -398,6 +411,8 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   run->add_option("--units", run_args.units, "host only these units here (the rest join as `swarmflow unit`)")
       ->delimiter(',');
   run->add_option("--join-timeout-ms", run_args.join_timeout_ms, "how long to wait for units to join");
+  run->add_option("--metrics", run_args.metrics, "serve the run's figures for Prometheus at http://HOST:PORT/metrics")
+      ->type_name("HOST:PORT");
   run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)")
       ->type_name(kFileValue);
 
@@ -412,6 +427,8 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   unit->add_option("--report", unit_args.report, "write this unit's own figures as JSON to this file")
       ->type_name(kFileValue);
   unit->add_option("--join-timeout-ms", unit_args.join_timeout_ms, "how long to wait for the coordinator");
+  unit->add_option("--metrics", unit_args.metrics, "serve this unit's figures for Prometheus at http://HOST:PORT/metrics")
+      ->type_name("HOST:PORT");
   unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)")
       ->type_name(kFileValue);
 

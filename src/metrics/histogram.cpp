@@ -38,12 +38,23 @@ void LatencyHistogram::record(std::int64_t ns) {
   ++buckets_[static_cast<std::size_t>(bucket_of(ns))];
   ++count_;
   max_ = std::max(max_, ns);
+  sum_ns_ += static_cast<double>(ns);
+}
+
+std::uint64_t LatencyHistogram::count_at_most(std::int64_t ns) const {
+  std::uint64_t n = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    if (upper_edge(i) > ns) break;
+    n += buckets_[static_cast<std::size_t>(i)];
+  }
+  return n;
 }
 
 void LatencyHistogram::merge(const LatencyHistogram& other) {
   for (std::size_t i = 0; i < buckets_.size(); ++i) buckets_[i] += other.buckets_[i];
   count_ += other.count_;
   max_ = std::max(max_, other.max_);
+  sum_ns_ += other.sum_ns_;
 }
 
 std::int64_t LatencyHistogram::quantile_ns(double q) const {
@@ -81,6 +92,7 @@ void LatencyHistogram::add_bucket(int index, std::uint64_t count) {
   if (index < 0 || index >= kBuckets) return;
   buckets_[static_cast<std::size_t>(index)] += count;
   count_ += count;
+  sum_ns_ += static_cast<double>(upper_edge(index)) * static_cast<double>(count);
 }
 
 }  // namespace swarmflow::metrics

@@ -24,6 +24,12 @@ class LatencyHistogram {
   std::int64_t max_ns() const { return max_; }
   /// p50/p99/p99.9/max in milliseconds.
   LatencySummary summary() const;
+  /// Samples at most `ns` (exact at bucket edges, else to the bucket: a
+  /// sample counts when its bucket's upper edge is at most `ns`).
+  std::uint64_t count_at_most(std::int64_t ns) const;
+  /// The sum of the samples, in nanoseconds (those added by bucket count at
+  /// their bucket's upper edge).
+  double sum_ns() const { return sum_ns_; }
 
   /// Visits every non-empty bucket as (index, count), to send a histogram to
   /// another process; `add_bucket` rebuilds it there.
@@ -51,6 +57,7 @@ class LatencyHistogram {
   std::array<std::uint64_t, kBuckets> buckets_{};
   std::uint64_t count_ = 0;
   std::int64_t max_ = 0;
+  double sum_ns_ = 0;
 };
 
 }  // namespace swarmflow::metrics

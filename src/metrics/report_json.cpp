@@ -1,5 +1,7 @@
 #include <swarmflow/report.hpp>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 namespace swarmflow {
@@ -121,6 +123,35 @@ std::string RunReport::to_json() const {
     failovers_j.push_back(std::move(fj));
   }
   j["failovers"] = std::move(failovers_j);
+  Json replicas_j = Json::array();
+  for (const ReplicaReport& x : replicas) {
+    Json rj = Json::object();
+    rj["stage"] = x.stage;
+    rj["replica"] = x.replica;
+    rj["unit"] = x.unit;
+    rj["processed"] = x.processed;
+    rj["errors"] = x.errors;
+    rj["restarts"] = x.restarts;
+    rj["dead_letters"] = x.dead_letters;
+    rj["queued"] = x.queued;
+    Json service = Json::object();
+    Json le = Json::object();
+    std::uint64_t n = 0;
+    for (std::size_t b = 0; b < x.service_buckets.size(); ++b) {
+      n += x.service_buckets[b];
+      if (b < static_cast<std::size_t>(kServiceBuckets)) {
+        char bound[32];
+        std::snprintf(bound, sizeof bound, "%g", kServiceBucketsS[b]);
+        le[bound] = n;
+      }
+    }
+    service["count"] = n;
+    service["sum_s"] = x.service_sum_s;
+    service["le"] = std::move(le);
+    rj["service_s"] = std::move(service);
+    replicas_j.push_back(std::move(rj));
+  }
+  j["replicas"] = std::move(replicas_j);
   // Names and messages come from users and stages; never fail on bad UTF-8.
   return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }

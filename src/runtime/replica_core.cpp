@@ -569,6 +569,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   ++steps_;
   setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
   setup_.stats->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  setup_.stats->record_service(t1 - t0);
   setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
   if (sink_) setup_.stats->record_latency(t1 - item.envelope.header().capture_ns);
   emit_outputs();
@@ -681,6 +682,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       ++steps_;
       setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
       setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
+      setup_.stats->record_service(t - t0);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
       emit_outputs();
       return;

@@ -3,6 +3,7 @@
 // owns them and read by the progress line, load reports and the run report
 // without stopping anything. No actors here.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -10,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+
+#include <swarmflow/report.hpp>
 
 #include "metrics/histogram.hpp"
 
@@ -25,6 +28,17 @@ struct ReplicaStats {
   std::atomic<std::uint64_t> queue_peak{0};
   std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps
   std::atomic<std::int64_t> service_ns{0};  ///< smoothed time of one step
+
+  /// Time per step, by bucket of kServiceBucketsS (+Inf last); one writer.
+  std::array<std::atomic<std::uint64_t>, kServiceBuckets + 1> service_buckets{};
+  std::atomic<std::int64_t> service_sum_ns{0};
+  void record_service(std::int64_t ns) {
+    const double s = static_cast<double>(ns) * 1e-9;
+    int b = 0;
+    while (b < kServiceBuckets && s > kServiceBucketsS[b]) ++b;
+    service_buckets[static_cast<std::size_t>(b)].fetch_add(1, std::memory_order_relaxed);
+    service_sum_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
 
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;

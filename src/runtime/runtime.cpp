@@ -179,6 +179,10 @@ RunReport build_report(const RunState& run) {
       latency.merge(stats->latency());
     }
     s.latency = latency.summary();
+    for (double bound : kServiceBucketsS) {
+      s.latency_le.push_back(latency.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
+    }
+    s.latency_sum_s = latency.sum_ns() / 1e9;
     r.stages.push_back(std::move(s));
   }
   for (const auto& edge : g.edges) {
@@ -235,6 +239,25 @@ RunReport build_report(const RunState& run) {
       }
     }
     r.units.push_back(std::move(unit));
+  }
+  for (const auto& node : g.nodes) {
+    const auto n = static_cast<std::size_t>(node.index);
+    for (std::size_t i = 0; i < run.replica_stats[n].size(); ++i) {
+      const ReplicaStats& stats = *run.replica_stats[n][i];
+      ReplicaReport rr;
+      rr.stage = node.decl->id;
+      rr.replica = static_cast<int>(i);
+      const int u = table->unit(node.index, static_cast<int>(i));
+      if (u >= 0 && static_cast<std::size_t>(u) < run.spec.units.size()) rr.unit = run.spec.units[static_cast<std::size_t>(u)].id;
+      rr.processed = stats.processed.load(std::memory_order_relaxed);
+      rr.errors = stats.errors.load(std::memory_order_relaxed);
+      rr.restarts = stats.restarts.load(std::memory_order_relaxed);
+      rr.dead_letters = stats.dead_letters.load(std::memory_order_relaxed);
+      rr.queued = stats.queued.load(std::memory_order_relaxed);
+      for (const auto& b : stats.service_buckets) rr.service_buckets.push_back(b.load(std::memory_order_relaxed));
+      rr.service_sum_s = static_cast<double>(stats.service_sum_ns.load(std::memory_order_relaxed)) / 1e9;
+      r.replicas.push_back(std::move(rr));
+    }
   }
   r.failovers = run.failovers();
   return r;

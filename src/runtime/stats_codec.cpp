@@ -19,10 +19,12 @@ transport::ControlBuffer encode_unit_done(const RunState& run, int unit) {
         latency.for_each_bucket([&](int index, std::uint64_t count) {
           buckets.push_back(schema::CreateBucket(fbb, static_cast<std::uint32_t>(index), count));
         });
+        std::vector<std::uint64_t> service;
+        for (const auto& b : s.service_buckets) service.push_back(b.load(std::memory_order_relaxed));
         replicas.push_back(schema::CreateReplicaStats(
             fbb, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(r), s.processed.load(), s.errors.load(),
             s.restarts.load(), s.dead_letters.load(), s.queue_peak.load(), fbb.CreateVector(counters),
-            fbb.CreateVector(buckets), latency.max_ns()));
+            fbb.CreateVector(buckets), latency.max_ns(), fbb.CreateVector(service), s.service_sum_ns.load()));
       }
     }
     std::vector<flatbuffers::Offset<schema::EdgeSide>> edges;
@@ -84,6 +86,12 @@ void merge_unit_done(RunState& run, int unit, const schema::UnitDone& done) {
         for (const auto* b : *rs->latency_buckets()) latency.add_bucket(static_cast<int>(b->index()), b->count());
       }
       latency.observe_max(rs->latency_max_ns());
+      if (rs->service_buckets() != nullptr) {
+        for (std::size_t b = 0; b < rs->service_buckets()->size() && b < s.service_buckets.size(); ++b) {
+          s.service_buckets[b].fetch_add(rs->service_buckets()->Get(static_cast<flatbuffers::uoffset_t>(b)));
+        }
+      }
+      s.service_sum_ns.fetch_add(rs->service_sum_ns());
       s.merge_latency(latency);
     }
   }
