@@ -13,385 +13,22 @@
 #include "placement/failure_detector.hpp"
 #include "placement/failover.hpp"
 #include "placement/static_placement.hpp"
+#include "runtime/inbound_batcher.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/report_builder.hpp"
 #include "runtime/run_state.hpp"
 #include "runtime/snapshot_codec.hpp"
 #include "runtime/stats_codec.hpp"
+#include "runtime/unit_actor.hpp"
+#include "runtime/unit_protocol.hpp"
 #include "transport/control.hpp"
 #include "transport/security.hpp"
 #include "transport/transport.hpp"
 
 namespace swarmflow {
 namespace runtime {
-
-// -- RunState -----------------------------------------------------------------
-
-void RunState::replica_finished(int count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const bool was_done = finished_ >= total_replicas;
-  finished_ += count;
-  if (!was_done && finished_ >= total_replicas) {
-    end_ns.store(steady_now_ns());
-    cv_.notify_all();
-  }
-}
-
-void RunState::record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  failovers_.push_back(std::move(failover));
-  failover_times_.push_back(FailoverTimes{detected_ns, planned_ns});
-}
-
-void RunState::record_first_output(std::uint32_t epoch, std::int64_t ns, bool after_plan) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t i = 0; i < failovers_.size(); ++i) {
-    if (failovers_[i].epoch != epoch) continue;
-    const FailoverTimes& t = failover_times_[i];
-    const std::int64_t since = after_plan ? t.planned_ns - t.detected_ns + ns : ns - t.detected_ns;
-    const double ms = static_cast<double>(std::max<std::int64_t>(0, since)) / 1e6;
-    double& first = failovers_[i].first_output_ms;
-    if (first < 0 || ms < first) first = ms;
-  }
-}
-
-std::vector<FailoverReport> RunState::failovers() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failovers_;
-}
-
-void RunState::reset_replicas(int total) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  total_replicas = total;
-  finished_ = 0;
-  cv_.notify_all();
-}
-
-int RunState::replicas_total() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return total_replicas;
-}
-
-void RunState::adopt_replicas(int count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  total_replicas += count;
-  cv_.notify_all();
-}
-
-void RunState::abort(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (error_.empty()) error_ = message;
-  if (!aborted_ && finished_ < total_replicas) end_ns.store(steady_now_ns());
-  aborted_ = true;
-  cv_.notify_all();
-}
-
-bool RunState::aborted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_;
-}
-
-void RunState::record_load(int unit, double utilisation) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  UnitLoad& l = loads_[unit];
-  ++l.reports;
-  l.utilisation = utilisation;
-  l.at_ns = steady_now_ns();
-}
-
-UnitLoad RunState::load(int unit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = loads_.find(unit);
-  return it == loads_.end() ? UnitLoad{} : it->second;
-}
-
-void RunState::set_remote_transport(int unit, const RemoteTransportStats& stats) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  remote_transport_[unit] = stats;
-}
-
-std::optional<RemoteTransportStats> RunState::remote_transport(int unit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = remote_transport_.find(unit);
-  if (it == remote_transport_.end()) return std::nullopt;
-  return it->second;
-}
-
-void RunState::fail(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (error_.empty()) error_ = message;
-}
-
-bool RunState::wait_finished(std::int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto done = [this] { return aborted_ || finished_ >= total_replicas; };
-  if (timeout_ms < 0) {
-    cv_.wait(lock, done);
-    return true;
-  }
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done);
-}
-
-bool RunState::ok() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_.empty();
-}
-
-std::string RunState::error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
-}
-
-bool RunState::finished() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_ || finished_ >= total_replicas;
-}
-
 namespace {
 
-RunReport build_report(const RunState& run) {
-  const auto table = run.table();
-  RunReport r;
-  r.pipeline = run.spec.name;
-  r.ok = run.ok();
-  r.error = run.error();
-  r.finished = run.finished();
-  const std::int64_t end = r.finished ? run.end_ns.load() : steady_now_ns();
-  const std::int64_t start = run.start_ns.load();
-  r.duration_s = start > 0 ? static_cast<double>(end - start) / 1e9 : 0.0;
-  const graph::Graph& g = run.graph;
-  for (const auto& node : g.nodes) {
-    StageReport s;
-    s.id = node.decl->id;
-    s.type = node.decl->type;
-    s.replicas = node.decl->replicas;
-    s.sink = node.out_edges.empty();
-    metrics::LatencyHistogram latency;
-    for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
-      s.processed += stats->processed.load(std::memory_order_relaxed);
-      s.errors += stats->errors.load(std::memory_order_relaxed);
-      s.restarts += stats->restarts.load(std::memory_order_relaxed);
-      s.dead_letters += stats->dead_letters.load(std::memory_order_relaxed);
-      s.queued += stats->queued.load(std::memory_order_relaxed);
-      s.queue_peak = std::max<std::uint64_t>(s.queue_peak, stats->queue_peak.load(std::memory_order_relaxed));
-      for (const auto& [name, value] : stats->counters()) s.counters[name] += value;
-      latency.merge(stats->latency());
-    }
-    s.latency = latency.summary();
-    r.stages.push_back(std::move(s));
-  }
-  for (const auto& edge : g.edges) {
-    EdgeReport e;
-    e.from = g.from_name(edge);
-    e.to = g.to_name(edge);
-    e.overflow = config::to_string(edge.overflow);
-    for (const auto& side : run.edge_out[static_cast<std::size_t>(edge.id)]) {
-      e.sent += side->sent.load(std::memory_order_relaxed);
-      e.dropped += side->dropped.load(std::memory_order_relaxed);
-      e.too_large += side->too_large.load(std::memory_order_relaxed);
-      e.waiting += side->waiting.load(std::memory_order_relaxed);
-      e.peak_in_flight = std::max<std::uint64_t>(e.peak_in_flight, side->peak_in_flight.load(std::memory_order_relaxed));
-      e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
-      e.replayed += side->replayed.load(std::memory_order_relaxed);
-    }
-    for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
-      e.delivered += side->delivered.load(std::memory_order_relaxed);
-      e.refused += side->refused.load(std::memory_order_relaxed);
-    }
-    e.dropped += e.refused;
-    r.edges.push_back(std::move(e));
-  }
-  for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
-    UnitReport unit;
-    unit.id = run.spec.units[u].id;
-    unit.replicas = table->replicas_on(static_cast<int>(u));
-    const UnitLoad load = run.load(static_cast<int>(u));
-    unit.load_reports = load.reports;
-    unit.utilisation = load.utilisation;
-    if (u < run.transports.size() && run.transports[u]) {
-      const auto& c = run.transports[u]->counters();
-      unit.sent = c.sent.load();
-      unit.received = c.received.load();
-      unit.rejected = c.rejected_total();
-      unit.unknown_peer = c.unknown_peer.load();
-      unit.send_failed = c.send_failed.load();
-      unit.refused_handshakes = c.auth_refused.load();
-      for (std::size_t i = 1; i < c.rejected.size(); ++i) {
-        const auto n = c.rejected[i].load();
-        if (n > 0) unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = n;
-      }
-    } else if (auto remote = run.remote_transport(static_cast<int>(u))) {
-      unit.sent = remote->sent;
-      unit.received = remote->received;
-      unit.unknown_peer = remote->unknown_peer;
-      unit.send_failed = remote->send_failed;
-      unit.refused_handshakes = remote->refused_handshakes;
-      for (std::size_t i = 1; i < remote->rejected.size(); ++i) {
-        unit.rejected += remote->rejected[i];
-        if (remote->rejected[i] > 0) {
-          unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = remote->rejected[i];
-        }
-      }
-    }
-    r.units.push_back(std::move(unit));
-  }
-  r.failovers = run.failovers();
-  return r;
-}
-
-/// Hands verified inbound messages to the local replicas they are for. It
-/// lives on one unit's transport thread: envelopes received in one burst go
-/// to each (replica, edge, producer) as one CAF message, as local batches do;
-/// an end-of-stream mark first sends what came before it.
-class InboundBatcher {
- public:
-  InboundBatcher(std::weak_ptr<RunState> run, int unit) : run_(std::move(run)), unit_(unit) {}
-
-  void add(transport::Inbound&& in) {
-    // The run is held from the first message of a burst to its end (flush).
-    if (!held_) {
-      held_ = run_.lock();
-      if (held_) table_ = held_->table();
-    }
-    RunState* run = held_.get();
-    if (run == nullptr) return;
-    if (!early_.empty() && table_->epoch > early_epoch_) retry_early();
-    if (in.destination.epoch > table_->epoch) {
-      // Sent under a newer placement than this unit has taken up yet (after
-      // a failover): kept until it has, so that its hosts know the new
-      // incarnations before they hear from them.
-      if (early_.size() < kMaxEarly) {
-        early_epoch_ = table_->epoch;
-        early_.push_back(std::move(in));
-      } else {
-        run->abort("more than " + std::to_string(kMaxEarly) +
-                   " messages arrived for a placement this unit has not taken up");
-      }
-      return;
-    }
-    const auto node = static_cast<std::size_t>(in.destination.node);
-    const auto replica = static_cast<std::size_t>(in.destination.replica);
-    if (node >= table_->unit_of.size() || replica >= table_->unit_of[node].size()) return;
-    const caf::actor target = table_->actor(static_cast<int>(node), static_cast<int>(replica));
-    if (table_->unit_of[node][replica] != unit_ || !target) {
-      return;  // not hosted here; the transport counted it as received
-    }
-    const auto& h = in.header;
-    const bool ack = in.destination.kind == transport::FrameKind::ack;
-    if (in.sender >= 0 && !(ack ? from_its_consumer(*run, in) : from_its_producer(*run, in))) {
-      // From a unit that no longer hosts the replica that sent it (fenced,
-      // or late): its work is its replacement's now. A stale ack would
-      // return credits and releases on the replacement's behalf.
-      run->stale_refused.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    switch (in.destination.kind) {
-      case transport::FrameKind::deliver: {
-        // Refused for its payload: acknowledged only for the unit that really
-        // hosts the producer it names, so no other peer can spend its credit.
-        if (!in.payload && !sent_by_producer(*run, in)) return;
-        Batch& b = batch_for(target, h.edge, h.from_replica);
-        if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
-        b.envelopes.emplace_back(h.envelope, std::move(in.payload));
-        if (b.envelopes.size() >= kMaxInboundBatch) send(b);
-        break;
-      }
-      case transport::FrameKind::ack:
-        caf::anon_send(target, ack_atom::value, h.edge, h.from_replica, h.credits, h.released, h.service_ns);
-        break;
-      case transport::FrameKind::eos:
-        send(batch_for(target, h.edge, h.from_replica));
-        caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
-        break;
-    }
-  }
-
-  void flush() {
-    for (auto& b : batches_) send(b);
-    held_.reset();
-    table_.reset();
-  }
-
-  /// Delivers what came early once this unit has taken up its placement.
-  void tick() {
-    if (early_.empty()) return;
-    auto run = run_.lock();
-    if (!run || run->table()->epoch <= early_epoch_) return;
-    retry_early();
-    flush();
-  }
-
- private:
-  static constexpr std::size_t kMaxInboundBatch = 32;
-  /// Messages for a placement newer than this unit's, kept at most.
-  static constexpr std::size_t kMaxEarly = 1u << 16;
-
-  void retry_early() {
-    std::vector<transport::Inbound> early = std::move(early_);
-    early_.clear();
-    for (auto& in : early) add(std::move(in));
-  }
-  struct Batch {
-    caf::actor target;
-    std::uint32_t edge;
-    std::uint32_t from;
-    std::vector<Envelope> envelopes;
-  };
-
-  /// The sending unit hosts the producer replica the message names, by the
-  /// table in force.
-  bool from_its_producer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (edge >= run.graph.edges.size()) return false;
-    const auto& producers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].from_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < producers.size() && producers[from] == in.sender;
-  }
-
-  /// The sending unit hosts the consumer replica an ack names.
-  bool from_its_consumer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (edge >= run.graph.edges.size()) return false;
-    const auto& consumers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].to_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < consumers.size() && consumers[from] == in.sender;
-  }
-
-  bool sent_by_producer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (in.sender < 0 || edge >= run.graph.edges.size()) return false;
-    const graph::Edge& e = run.graph.edges[edge];
-    if (e.to_node != static_cast<int>(in.destination.node)) return false;
-    const auto& producers = table_->unit_of[static_cast<std::size_t>(e.from_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < producers.size() && producers[from] == in.sender;
-  }
-
-  Batch& batch_for(const caf::actor& target, std::uint32_t edge, std::uint32_t from) {
-    for (auto& b : batches_) {
-      if (b.target == target && b.edge == edge && b.from == from) return b;
-    }
-    batches_.push_back(Batch{target, edge, from, {}});
-    return batches_.back();
-  }
-
-  static void send(Batch& b) {
-    if (b.envelopes.empty()) return;
-    if (b.envelopes.size() == 1) {
-      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes.front()));
-    } else {
-      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes));
-    }
-    b.envelopes = {};
-  }
-
-  std::weak_ptr<RunState> run_;
-  std::shared_ptr<RunState> held_;
-  std::shared_ptr<const RoutingTable> table_;  ///< held with the run, for one burst
-  std::vector<transport::Inbound> early_;
-  std::uint32_t early_epoch_ = 0;
-  int unit_;
-  std::vector<Batch> batches_;
-};
 
 template <class T>
 std::vector<std::unique_ptr<T>> make_n(int n) {
@@ -399,85 +36,6 @@ std::vector<std::unique_ptr<T>> make_n(int n) {
   for (int i = 0; i < n; ++i) v.push_back(std::make_unique<T>());
   return v;
 }
-
-}  // namespace
-}  // namespace runtime
-
-// -- the unit actor: measures its unit's load and reports it -------------------
-
-namespace runtime {
-namespace {
-
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
-
-/// Every `interval_ms`, the utilisation of the unit's worker threads and per
-/// replica queue depth, service time, arrival rate and progress, as a
-/// LoadReport to the coordinator (a unit process) or straight into the run's
-/// view (a unit in the coordinator's process). Quits when the run has ended.
-caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState> run, int unit, int threads,
-                         bool remote_coordinator) {
-  struct State {
-    std::int64_t last_ns = steady_now_ns();
-    std::int64_t last_busy = 0;
-    std::vector<std::uint64_t> last_arrivals;
-  };
-  auto state = std::make_shared<State>();
-  const auto interval = std::chrono::milliseconds(std::max(1, run->spec.placement.interval_ms));
-  self->delayed_send(self, interval, tick_atom::value);
-  return {[=](tick_atom) {
-    if (run->finished()) {
-      self->quit();
-      return;
-    }
-    const std::int64_t now = steady_now_ns();
-    const double dt_ns = static_cast<double>(std::max<std::int64_t>(1, now - state->last_ns));
-    std::int64_t busy = 0;
-    double utilisation = 0;
-    std::size_t k = 0;
-    const auto table = run->table();
-    auto report = transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-      std::vector<flatbuffers::Offset<schema::ReplicaLoad>> replicas;
-      for (const auto& node : run->graph.nodes) {
-        const auto n = static_cast<std::size_t>(node.index);
-        for (std::size_t r = 0; r < table->unit_of[n].size(); ++r) {
-          if (table->unit_of[n][r] != unit) continue;
-          const ReplicaStats& s = *run->replica_stats[n][r];
-          busy += s.busy_ns.load(std::memory_order_relaxed);
-          std::uint64_t arrivals = 0;
-          for (int e : node.in_edges) arrivals += run->edge_in[static_cast<std::size_t>(e)][r]->delivered.load();
-          if (state->last_arrivals.size() <= k) state->last_arrivals.push_back(0);
-          const double arrival_hz = static_cast<double>(arrivals - state->last_arrivals[k]) * 1e9 / dt_ns;
-          state->last_arrivals[k++] = arrivals;
-          replicas.push_back(schema::CreateReplicaLoad(
-              fbb, fbb.CreateString(node.decl->id), static_cast<std::uint32_t>(r),
-              static_cast<std::uint32_t>(s.queued.load()), static_cast<double>(s.service_ns.load()), arrival_hz,
-              s.processed.load()));
-        }
-      }
-      utilisation =
-          std::clamp(static_cast<double>(busy - state->last_busy) / (dt_ns * std::max(1, threads)), 0.0, 1.0);
-      auto body = schema::CreateLoadReport(fbb, fbb.CreateString(run->spec.units[static_cast<std::size_t>(unit)].id),
-                                           now, static_cast<float>(utilisation), fbb.CreateVector(replicas));
-      return std::make_pair(schema::ControlBody::LoadReport, body.Union());
-    });
-    state->last_busy = busy;
-    state->last_ns = now;
-    if (remote_coordinator) {
-      run->transports[static_cast<std::size_t>(unit)]->send_control(std::move(report));
-    } else {
-      run->record_load(unit, utilisation);
-    }
-    self->delayed_send(self, interval, tick_atom::value);
-  }};
-}
-
-}  // namespace
-}  // namespace runtime
-
-// -- the cluster, as the coordinator and as a unit process see it -------------
-
-namespace runtime {
-namespace {
 
 /// The coordinator's view of the units in other processes. Soft state: it is
 /// rebuilt from what the units send.
@@ -524,101 +82,7 @@ struct ClusterView {
   }
 };
 
-/// What a unit process hears from the coordinator.
-struct UnitSide {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool has_plan = false;
-  std::uint32_t epoch = 0;
-  std::vector<std::vector<int>> plan;
-  bool go = false;
-  bool replan = false;  ///< a newer plan arrived during the run
-  bool shutdown = false;
-  /// Every message from the coordinator is a heartbeat for this detector.
-  std::unique_ptr<placement::FailureDetector> coordinator;
-  bool coordinator_lost = false;  ///< declared dead, and nothing heard since
-  std::int64_t coordinator_pid = 0;  ///< of the coordinator heard last
-  bool new_coordinator = false;      ///< one not heard before: tell it the run's state
-  bool leaving = false;           ///< Runtime::leave: this unit hands its replicas over and leaves
-  std::uint32_t leave_epoch = 0;  ///< the epoch when it asked; the handover is a newer one
-  /// Snapshots to start replicas placed here from, by (node, replica), as
-  /// the coordinator sent them before a plan.
-  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> restores;
-};
-
-int unit_index(const config::PipelineSpec& spec, const std::string& id) {
-  for (std::size_t u = 0; u < spec.units.size(); ++u) {
-    if (spec.units[u].id == id) return static_cast<int>(u);
-  }
-  return -1;
-}
-
 int replicas_on(const RunState& run, int unit) { return run.table()->replicas_on(unit); }
-
-void stop_local_sources(RunState& run) {
-  run.stop_requested.store(true);
-  for (const auto& node : run.graph.nodes) {
-    if (!node.source()) continue;
-    const auto table = run.table();
-    for (const auto& a : table->actors[static_cast<std::size_t>(node.index)]) {
-      if (a) send_stop(a);
-    }
-  }
-}
-
-/// A replica lost with its unit, as a PlacementPlan says it.
-constexpr std::uint32_t kLostInPlan = 0xffffffffu;
-
-flatbuffers::Offset<schema::PlacementPlan> build_plan(flatbuffers::FlatBufferBuilder& fbb, const RoutingTable& table) {
-  std::vector<std::uint32_t> counts;
-  std::vector<std::uint32_t> units;
-  for (const auto& replicas : table.unit_of) {
-    counts.push_back(static_cast<std::uint32_t>(replicas.size()));
-    for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
-  }
-  return schema::CreatePlacementPlan(fbb, table.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
-}
-
-transport::ControlBuffer plan_message(const RunState& run) {
-  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    return std::make_pair(schema::ControlBody::PlacementPlan, build_plan(fbb, *run.table()).Union());
-  });
-}
-
-/// The unit of every replica in a verified plan; false when it is not this
-/// pipeline's (another file's, or units out of range).
-bool decode_plan(const RunState& run, const schema::PlacementPlan& p, std::vector<std::vector<int>>* out) {
-  if (p.stage_replicas() == nullptr || p.units() == nullptr) return false;
-  std::vector<std::vector<int>> plan;
-  std::size_t next = 0;
-  const auto& nodes = run.graph.nodes;
-  if (p.stage_replicas()->size() != nodes.size()) return false;
-  for (std::size_t node = 0; node < nodes.size(); ++node) {
-    const auto n = p.stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
-    if (n != static_cast<std::uint32_t>(nodes[node].decl->replicas)) return false;
-    std::vector<int> replicas;
-    for (std::uint32_t r = 0; r < n; ++r, ++next) {
-      if (next >= p.units()->size()) return false;
-      const std::uint32_t u = p.units()->Get(static_cast<flatbuffers::uoffset_t>(next));
-      if (u >= run.spec.units.size() && u != kLostInPlan) return false;
-      replicas.push_back(u == kLostInPlan ? kLostUnit : static_cast<int>(u));
-    }
-    plan.push_back(std::move(replicas));
-  }
-  *out = std::move(plan);
-  return true;
-}
-
-template <class Body>
-transport::ControlBuffer simple_message(schema::ControlBody type, std::uint32_t epoch) {
-  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    flatbuffers::Offset<void> body;
-    if constexpr (std::is_same_v<Body, schema::Go>) body = schema::CreateGo(fbb, epoch).Union();
-    if constexpr (std::is_same_v<Body, schema::Shutdown>) body = schema::CreateShutdown(fbb, epoch).Union();
-    if constexpr (std::is_same_v<Body, schema::StopSources>) body = schema::CreateStopSources(fbb, epoch).Union();
-    return std::make_pair(type, body);
-  });
-}
 
 }  // namespace
 }  // namespace runtime
@@ -870,7 +334,7 @@ struct Runtime::Impl {
         any_control = true;
         t->on_control([weak, side, beats](const schema::Control& c) {
           auto r = weak.lock();
-          if (r) on_coordinator_message(*r, *side, c, beats);
+          if (r) runtime::on_coordinator_message(*r, *side, c, beats);
         });
       }
       Status s = t->start();
@@ -887,61 +351,6 @@ struct Runtime::Impl {
   }
 
   // -- unit process ---------------------------------------------------------
-
-  static void on_coordinator_message(runtime::RunState& run, runtime::UnitSide& side, const schema::Control& c,
-                                     bool heartbeat) {
-    std::lock_guard<std::mutex> lock(side.mutex);
-    if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
-    switch (c.body_type()) {
-      case schema::ControlBody::Heartbeat: {
-        const std::int64_t pid = c.body_as_Heartbeat()->pid();
-        if (side.coordinator_pid != 0 && pid != side.coordinator_pid) side.new_coordinator = true;
-        side.coordinator_pid = pid;
-        break;
-      }
-      case schema::ControlBody::PlacementPlan: {
-        const auto* p = c.body_as_PlacementPlan();
-        if (side.has_plan && p->epoch() <= side.epoch) break;
-        std::vector<std::vector<int>> plan;
-        // Not this pipeline's plan: the coordinator runs another file.
-        if (!runtime::decode_plan(run, *p, &plan)) break;
-        side.plan = std::move(plan);
-        side.epoch = p->epoch();
-        if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
-        side.has_plan = true;
-        break;
-      }
-      case schema::ControlBody::Go:
-        side.go = true;
-        break;
-      case schema::ControlBody::SnapshotStored: {
-        const auto* m = c.body_as_SnapshotStored();
-        const auto table = run.table();
-        const caf::actor a = table->actor(static_cast<int>(m->node()), static_cast<int>(m->replica()));
-        if (a) runtime::send_snapshot_stored(a, m->id());
-        break;
-      }
-      case schema::ControlBody::Restore: {
-        const auto* m = c.body_as_Restore();
-        if (m->snapshot() == nullptr) break;
-        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
-        if (!runtime::decode_snapshot(*m->snapshot(), snapshot.get())) break;
-        side.restores[{static_cast<int>(m->snapshot()->node()), static_cast<int>(m->snapshot()->replica())}] =
-            std::move(snapshot);
-        break;
-      }
-      case schema::ControlBody::StopSources:
-        runtime::stop_local_sources(run);
-        break;
-      case schema::ControlBody::Shutdown:
-        side.shutdown = true;
-        if (!run.finished()) run.abort("the coordinator ended the run");
-        break;
-      default:
-        break;
-    }
-    side.cv.notify_all();
-  }
 
   template <class Pred>
   bool wait_unit_side(Pred pred, int timeout_ms) {
@@ -1003,7 +412,7 @@ struct Runtime::Impl {
         view.done[i] = true;
         runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
         if (view.server != nullptr) {
-          view.server->send(unit_id, runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown,
+          view.server->send(unit_id, runtime::simple_message(schema::ControlBody::Shutdown,
                                                                                run.table()->epoch));
         }
         view.cv.notify_all();
@@ -1268,7 +677,7 @@ struct Runtime::Impl {
         const std::uint32_t epoch = run->table()->epoch;
         lock.unlock();
         std::fprintf(stderr, "swarmflow: unit '%s' runs again: failover may place replicas on it\n", id.c_str());
-        control_server->send(id, runtime::simple_message<schema::Go>(schema::ControlBody::Go, epoch));
+        control_server->send(id, runtime::simple_message(schema::ControlBody::Go, epoch));
         lock.lock();
       }
     }
@@ -1455,11 +864,7 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
       const std::string id = run->spec.units[u].id;
-      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        const auto plan = runtime::build_plan(fbb, *table);
-        return std::make_pair(schema::ControlBody::UnitState,
-                              schema::CreateUnitState(fbb, fbb.CreateString(id), plan, running).Union());
-      }));
+      run->transports[u]->send_control(runtime::unit_state_message(id, *table, running));
     }
   }
 
@@ -1480,9 +885,7 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
       const std::string id = run->spec.units[u].id;
-      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
-      }));
+      run->transports[u]->send_control(runtime::ready_message(id, epoch));
     }
   }
 
@@ -1552,8 +955,8 @@ struct Runtime::Impl {
     if (!options.coordinator) run->reset_replicas(here);
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
-      unit_actors.push_back(systems[u]->spawn(runtime::unit_actor, run, static_cast<int>(u),
-                                              thread_count(u), !options.coordinator));
+      unit_actors.push_back(runtime::spawn_unit_actor(*systems[u], run, static_cast<int>(u), thread_count(u),
+                                                     !options.coordinator));
     }
   }
 
@@ -1730,16 +1133,14 @@ Status Runtime::start() {
       return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
                                 StatusCode::unavailable));
     }
-    m.broadcast([&] { return runtime::simple_message<schema::Go>(schema::ControlBody::Go, m.run->table()->epoch); });
+    m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Go, m.run->table()->epoch); });
   } else if (!m.options.coordinator) {
     for (std::size_t u = 0; u < m.local.size(); ++u) {
       if (!m.local[u]) continue;
       m.run->transports[u]->set_epoch(m.run->table()->epoch);
       const std::string id = m.run->spec.units[u].id;
       const std::uint32_t epoch = m.run->table()->epoch;
-      m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
-      }));
+      m.run->transports[u]->send_control(runtime::ready_message(id, epoch));
     }
     bool lost = false;
     const bool go = m.wait_unit_side(
@@ -1765,7 +1166,7 @@ void Runtime::request_stop() {
   runtime::stop_local_sources(*m.run);
   if (m.distributed && m.options.coordinator) {
     m.broadcast([&] {
-      return runtime::simple_message<schema::StopSources>(schema::ControlBody::StopSources, m.run->table()->epoch);
+      return runtime::simple_message(schema::ControlBody::StopSources, m.run->table()->epoch);
     });
   }
 }
@@ -1795,10 +1196,7 @@ Status Runtime::leave() {
     if (!m.local[u]) continue;
     const std::string id = m.run->spec.units[u].id;
     const std::uint32_t epoch = m.run->table()->epoch;
-    m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-      return std::make_pair(schema::ControlBody::Leaving,
-                            schema::CreateLeaving(fbb, fbb.CreateString(id), epoch).Union());
-    }));
+    m.run->transports[u]->send_control(runtime::leaving_message(id, epoch));
   }
   std::fprintf(stderr, "swarmflow: %s: leaving: the coordinator hands its replicas over to the other units\n",
                m.local_unit_names().c_str());
@@ -1855,7 +1253,7 @@ Status Runtime::wait() {
       }
     }
   } else if (m.distributed) {
-    m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->table()->epoch); });
+    m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Shutdown, m.run->table()->epoch); });
     if (m.run->aborted()) {
       // The units still alive send what they have; the report covers them.
       m.wait_cluster(
