@@ -10,8 +10,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "placement/coordinator.hpp"
 #include "placement/failure_detector.hpp"
-#include "placement/failover.hpp"
 #include "placement/static_placement.hpp"
 #include "runtime/inbound_batcher.hpp"
 #include "runtime/messages.hpp"
@@ -37,53 +37,6 @@ std::vector<std::unique_ptr<T>> make_n(int n) {
   return v;
 }
 
-/// The coordinator's view of the units in other processes. Soft state: it is
-/// rebuilt from what the units send.
-struct ClusterView {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<bool> remote;  ///< by unit
-  std::vector<bool> joined;
-  std::vector<bool> ready;
-  std::vector<bool> done;
-  std::vector<bool> dead;       ///< declared dead by its detector
-  std::vector<bool> rejoining;  ///< dead, heard again: gets the plan in force, then Go
-  std::vector<bool> plan_sent;  ///< a rejoining unit has been sent the plan
-  std::vector<bool> leaving;    ///< asked to leave; its replicas are not handed over yet
-  /// Placement epoch in each unit's heartbeats: above 0, the unit is in a
-  /// run already (this coordinator was started again and takes it over).
-  std::vector<std::uint32_t> heard_epoch;
-  /// The placement each unit runs by, from its UnitState (a takeover).
-  std::vector<std::optional<std::pair<std::uint32_t, std::vector<std::vector<int>>>>> unit_state;
-  std::vector<bool> left;       ///< asked to leave and handed its replicas over
-  std::uint64_t stale_messages = 0;  ///< from units declared dead, other than a new heartbeat
-  /// Every message from a unit is a heartbeat for its detector.
-  std::unique_ptr<placement::FailureDetectors> detectors;
-  std::string lost;  ///< why the first unit declared dead was; empty while none is
-  std::uint64_t unknown_units = 0;
-  /// The latest snapshot of each stateful replica on a unit process, by
-  /// (node, replica): what a failover restores.
-  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> snapshots;
-  /// Answers units (SnapshotStored); set before the server starts.
-  transport::ControlServer* server = nullptr;
-
-  bool all(const std::vector<bool>& flags) {
-    for (std::size_t u = 0; u < flags.size(); ++u) {
-      if (remote[u] && !flags[u]) return false;
-    }
-    return true;
-  }
-  std::string missing(const std::vector<bool>& flags, const config::PipelineSpec& spec) {
-    std::string out;
-    for (std::size_t u = 0; u < flags.size(); ++u) {
-      if (remote[u] && !flags[u]) out += (out.empty() ? "" : ", ") + spec.units[u].id;
-    }
-    return out;
-  }
-};
-
-int replicas_on(const RunState& run, int unit) { return run.table()->replicas_on(unit); }
-
 }  // namespace
 }  // namespace runtime
 
@@ -101,7 +54,7 @@ Status write_key_pair(const std::string& path, bool overwrite) {
   return transport::write_keypair(path, transport::generate_keypair(), overwrite);
 }
 
-struct Runtime::Impl {
+struct Runtime::Impl : placement::CoordinatorEffects {
   RuntimeOptions options;
   Registry registry;
   std::shared_ptr<runtime::RunState> run;
@@ -124,22 +77,26 @@ struct Runtime::Impl {
     RunReport r = runtime::build_report(*run);
     if (control_server) r.coordinator.refused_handshakes = control_server->refused_handshakes();
     r.coordinator.stale_refused = run->stale_refused.load(std::memory_order_relaxed);
-    if (cluster) {
-      std::lock_guard<std::mutex> lock(cluster->mutex);
-      r.coordinator.stale_refused += cluster->stale_messages;
-    }
+    if (coordinator_figures) r.coordinator.stale_refused += coordinator_figures->stale_messages.load();
     return r;
   }
-  std::shared_ptr<runtime::ClusterView> cluster;
+  /// The coordinator actor (distributed, in the coordinator's process), on
+  /// its own thread in the system of the first unit hosted here.
+  caf::actor coordinator;
+  caf::actor_system* coordinator_system = nullptr;
+  std::shared_ptr<placement::CoordinatorFigures> coordinator_figures;
   std::shared_ptr<runtime::UnitSide> unit_side;
 
-  // -- the failure watch thread (start_failure_watch)
+  // -- the unit process's failure watch thread (start_failure_watch)
   std::thread watch;
   std::mutex watch_mutex;
   std::condition_variable watch_cv;
   bool watch_stopping = false;
 
-  ~Impl() { stop_failure_watch(); }
+  ~Impl() override {
+    stop_failure_watch();
+    stop_coordinator();
+  }
 
   // -- CURVE: public keys of every unit (resolved), this process's key pair
   std::vector<std::string> unit_keys;
@@ -362,21 +319,7 @@ struct Runtime::Impl {
 
   Status start_coordinator() {
     const auto& spec = run->spec;
-    cluster = std::make_shared<runtime::ClusterView>();
     const std::size_t n = spec.units.size();
-    cluster->remote.resize(n);
-    for (std::size_t u = 0; u < n; ++u) cluster->remote[u] = !local[u];
-    cluster->joined.assign(n, false);
-    cluster->ready.assign(n, false);
-    cluster->done.assign(n, false);
-    cluster->dead.assign(n, false);
-    cluster->rejoining.assign(n, false);
-    cluster->plan_sent.assign(n, false);
-    cluster->leaving.assign(n, false);
-    cluster->heard_epoch.assign(n, 0);
-    cluster->unit_state.assign(n, std::nullopt);
-    cluster->left.assign(n, false);
-    cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
     cfg.public_key = own_keys.public_key;
@@ -385,122 +328,73 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < n; ++u) {
       if (!local[u]) cfg.heartbeat_to.push_back(spec.units[u].id);
     }
-    std::weak_ptr<runtime::RunState> weak = run;
-    auto view = cluster;
+    placement::CoordinatorSetup setup;
+    setup.spec = &run->spec;
+    setup.graph = &run->graph;
+    for (std::size_t u = 0; u < n; ++u) setup.remote.push_back(!local[u]);
+    setup.effects = this;
+    setup.clock = [] { return steady_now_ns(); };
+    setup.limits = cfg.limits;
+    setup.check_period_us = placement::check_period_us(spec.failure.heartbeat_ms);
+    coordinator_figures = setup.figures;
+    for (std::size_t u = 0; u < n && coordinator_system == nullptr; ++u) {
+      if (local[u]) coordinator_system = systems[u].get();
+    }
+    coordinator = placement::spawn_coordinator(*coordinator_system, std::move(setup));
+    // The server's thread hands every verified message to the coordinator
+    // actor; `coordinator` is set before it starts and reset after it stops.
     control_server = std::make_unique<transport::ControlServer>(
-        transport::process_context(), cfg, [weak, view](const std::string& unit_id, const schema::Control& c) {
-          auto r = weak.lock();
-          if (r) on_unit_message(*r, *view, unit_id, c);
-        });
-    cluster->server = control_server.get();
+        transport::process_context(), cfg,
+        transport::ControlServer::BytesHandler([this](const std::string& unit_id, const schema::Control&,
+                                                      const std::uint8_t* data, std::size_t size) {
+          placement::forward_control(coordinator, unit_id, data, size);
+        }));
     return control_server->start();
   }
 
-  static void on_unit_message(runtime::RunState& run, runtime::ClusterView& view, const std::string& unit_id,
-                              const schema::Control& c) {
-    const int u = runtime::unit_index(run.spec, unit_id);
-    std::lock_guard<std::mutex> lock(view.mutex);
-    if (u < 0 || !view.remote[static_cast<std::size_t>(u)]) {
-      ++view.unknown_units;
-      return;
-    }
-    const auto i = static_cast<std::size_t>(u);
-    if (view.left[i]) {
-      // It handed its replicas over: only its figures are still wanted; then
-      // it may go.
-      if (c.body_type() == schema::ControlBody::UnitDone && !view.done[i]) {
-        view.done[i] = true;
-        runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
-        if (view.server != nullptr) {
-          view.server->send(unit_id, runtime::simple_message(schema::ControlBody::Shutdown,
-                                                                               run.table()->epoch));
-        }
-        view.cv.notify_all();
-      }
-      return;
-    }
-    if (view.dead[i]) {
-      // A unit declared dead speaks again: a restarted process joins anew as
-      // a unit without replicas (its replicas live elsewhere now); anything
-      // else from it belongs to its old life and is refused.
-      if (c.body_type() != schema::ControlBody::Heartbeat) {
-        ++view.stale_messages;
-        return;
-      }
-      view.dead[i] = false;
-      view.rejoining[i] = true;
-      view.plan_sent[i] = false;
-      view.ready[i] = false;
-      view.done[i] = false;
-      view.detectors->rejoin(i, steady_now_ns());
-    }
-    view.detectors->heartbeat(i, steady_now_ns());
-    switch (c.body_type()) {
-      case schema::ControlBody::Heartbeat:
-        view.joined[i] = true;
-        view.heard_epoch[i] = c.body_as_Heartbeat()->epoch();
-        break;
-      case schema::ControlBody::UnitState: {
-        const auto* m = c.body_as_UnitState();
-        std::vector<std::vector<int>> plan;
-        if (m->running() && m->plan() != nullptr && runtime::decode_plan(run, *m->plan(), &plan)) {
-          view.unit_state[i] = std::make_pair(m->plan()->epoch(), std::move(plan));
-        }
-        break;
-      }
-      case schema::ControlBody::LoadReport:
-        run.record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
-        break;
-      case schema::ControlBody::Ready:
-        if (c.body_as_Ready()->epoch() == run.table()->epoch) view.ready[i] = true;
-        break;
-      case schema::ControlBody::Snapshot: {
-        // Kept only from the unit that hosts the replica by the placement
-        // in force: a fenced unit's state is stale.
-        const auto* m = c.body_as_Snapshot();
-        const auto table = run.table();
-        const int node = static_cast<int>(m->node());
-        const int replica = static_cast<int>(m->replica());
-        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
-        if (table->unit(node, replica) != u || !runtime::decode_snapshot(*m, snapshot.get())) {
-          ++view.stale_messages;
-          break;
-        }
-        const std::uint64_t id = snapshot->id;
-        view.snapshots[{node, replica}] = std::move(snapshot);
-        if (view.server != nullptr) {
-          view.server->send(unit_id, runtime::encode_snapshot_stored(table->epoch, node, replica, id));
-        }
-        break;
-      }
-      case schema::ControlBody::Leaving:
-        // Handed over by the failure watch, like a unit declared dead.
-        if (!view.leaving[i]) view.leaving[i] = true;
-        break;
-      case schema::ControlBody::FirstOutput: {
-        const auto* m = c.body_as_FirstOutput();
-        run.record_first_output(m->epoch(), m->after_ns(), true);
-        break;
-      }
-      case schema::ControlBody::UnitDone:
-        if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.table()->epoch) {
-          view.done[i] = true;
-          view.detectors->retire(i);  // it may leave now
-          runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
-          run.replica_finished(runtime::replicas_on(run, u));
-        }
-        break;
-      default:
-        break;
-    }
-    view.cv.notify_all();
+  /// Stops the coordinator actor (no decision of it acts after this).
+  void stop_coordinator() {
+    if (!coordinator) return;
+    placement::stop_coordinator(*coordinator_system, coordinator);
   }
 
-  template <class Pred>
-  bool wait_cluster(Pred pred, int timeout_ms) {
-    std::unique_lock<std::mutex> lock(cluster->mutex);
-    return cluster->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(*cluster); });
+  /// Lets go of the coordinator actor, once the control server has stopped.
+  void release_coordinator() {
+    stop_coordinator();
+    coordinator = caf::actor();
   }
+
+  // -- what the coordinator does to this process (CoordinatorEffects) --------
+
+  std::shared_ptr<const runtime::RoutingTable> table() const override { return run->table(); }
+  std::int64_t run_started_ns() const override { return run->start_ns.load(); }
+  bool run_finished() const override { return run->finished(); }
+  void send(int unit, transport::ControlBuffer message) override {
+    control_server->send(run->spec.units[static_cast<std::size_t>(unit)].id, std::move(message));
+  }
+  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
+                       const placement::Snapshots& snapshots) override {
+    apply_placement(std::move(unit_of), epoch, &snapshots);
+  }
+  void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) override {
+    auto table = std::make_shared<runtime::RoutingTable>();
+    table->epoch = epoch;
+    table->unit_of = std::move(unit_of);
+    run->publish(std::move(table));
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
+    }
+  }
+  void record_load(int unit, double utilisation) override { run->record_load(unit, utilisation); }
+  void merge_unit_done(int unit, const schema::UnitDone& done) override { runtime::merge_unit_done(*run, unit, done); }
+  void replicas_finished(int count) override { run->replica_finished(count); }
+  void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) override {
+    run->record_failover(std::move(failover), detected_ns, planned_ns);
+  }
+  void record_first_output(std::uint32_t epoch, std::int64_t after_ns) override {
+    run->record_first_output(epoch, after_ns, true);
+  }
+  void abort(const std::string& message) override { run->abort(message); }
 
   void broadcast(const std::function<transport::ControlBuffer()>& make) {
     for (std::size_t u = 0; u < local.size(); ++u) {
@@ -510,9 +404,9 @@ struct Runtime::Impl {
 
   // -- failure watch ----------------------------------------------------------
 
-  /// Checks the failure detectors several times a heartbeat while the run
-  /// lasts: in the coordinator those of the unit processes, in a unit process
-  /// the coordinator's.
+  /// Checks the coordinator's failure detector several times a heartbeat
+  /// while the run lasts (a unit process; the coordinator actor checks those
+  /// of the unit processes itself).
   void start_failure_watch() {
     const auto period = std::chrono::microseconds(std::max(1000, run->spec.failure.heartbeat_ms * 1000 / 5));
     watch_stopping = false;
@@ -533,11 +427,7 @@ struct Runtime::Impl {
         }
         skipped = false;
         lock.unlock();
-        if (options.coordinator) {
-          watch_units();
-        } else {
-          watch_coordinator();
-        }
+        watch_coordinator();
         lock.lock();
       }
     });
@@ -552,202 +442,16 @@ struct Runtime::Impl {
     if (watch.joinable()) watch.join();
   }
 
-  /// A unit declared dead has its replicas placed on the survivors (a new
-  /// epoch, published here and sent to every unit process); its sources are
-  /// lost. Before the run has started, or when some replica has no unit to
-  /// go to, the run ends with an error that names the unit.
-  void watch_units() {
-    const std::int64_t now = steady_now_ns();
-    std::unique_lock<std::mutex> lock(cluster->mutex);
-    welcome_back(lock);
-    const auto dead = cluster->detectors->declare_dead(now);
-    std::vector<std::size_t> leavers;
-    for (std::size_t u = 0; u < cluster->leaving.size(); ++u) {
-      if (cluster->leaving[u] && !cluster->left[u] && !cluster->dead[u]) leavers.push_back(u);
-    }
-    if (dead.empty() && leavers.empty()) return;
-    std::string who;
-    for (const auto& d : dead) {
-      cluster->dead[d.unit] = true;
-      char phi[64];
-      std::snprintf(phi, sizeof phi, "%.1f", d.phi);
-      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[d.unit].id + "' is dead: nothing heard from it for " +
-                                          std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
-                                          " reached failure.phi_threshold)");
-    }
-    for (std::size_t u : leavers) {
-      // It hands its replicas over now; its detector stops watching it.
-      cluster->left[u] = true;
-      cluster->detectors->retire(u);
-      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[u].id + "' is leaving (it was asked to stop)");
-    }
-    std::vector<bool> usable(local.size());
-    for (std::size_t u = 0; u < usable.size(); ++u) {
-      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u] && !cluster->rejoining[u] &&
-                               !cluster->left[u]);
-    }
-    std::vector<bool> is_source;
-    for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
-    const auto table = run->table();
-    const bool running = run->start_ns > 0 && !run->finished();
-    // A source whose position is kept here restarts elsewhere from it.
-    std::vector<std::vector<bool>> restartable(table->unit_of.size());
-    for (std::size_t s = 0; s < restartable.size(); ++s) restartable[s].assign(table->unit_of[s].size(), false);
-    for (const auto& [key, snapshot] : cluster->snapshots) {
-      const auto s = static_cast<std::size_t>(key.first);
-      const auto r = static_cast<std::size_t>(key.second);
-      if (s < restartable.size() && r < restartable[s].size()) restartable[s][r] = true;
-    }
-    const placement::FailoverPlan plan =
-        placement::place_after_failure(run->spec, is_source, table->unit_of, usable, restartable);
-    if (!running || !plan.refused.empty()) {
-      const std::string message =
-          who + (running ? "; its work cannot be taken over (" + plan.refused + "), so the run ends"
-                         : "; the run ends");
-      if (cluster->lost.empty()) cluster->lost = message;
-      run->abort(message);
-      cluster->cv.notify_all();
-      return;
-    }
-    const std::uint32_t epoch = table->epoch + 1;
-    FailoverReport report;
-    for (const auto& d : dead) {
-      if (!report.unit.empty()) report.unit += ",";
-      report.unit += run->spec.units[d.unit].id;
-      report.silent_ms = std::max<std::int64_t>(report.silent_ms, d.silent_ns / 1'000'000);
-    }
-    for (std::size_t u : leavers) {
-      if (!report.unit.empty()) report.unit += ",";
-      report.unit += run->spec.units[u].id;
-    }
-    if (dead.empty()) report.cause = "left";
-    report.detected_s = static_cast<double>(now - run->start_ns) / 1e9;
-    report.epoch = epoch;
-    const auto name = [&](const std::pair<int, int>& r) {
-      return run->graph.nodes[static_cast<std::size_t>(r.first)].decl->id + "/" + std::to_string(r.second);
-    };
-    for (const auto& m : plan.moved) {
-      report.moved.push_back(name(m) + " -> " +
-                             run->spec.units[static_cast<std::size_t>(plan.unit_of[static_cast<std::size_t>(m.first)]
-                                                                             [static_cast<std::size_t>(m.second)])]
-                                 .id);
-    }
-    for (const auto& l : plan.lost) report.lost.push_back(name(l));
-    lock.unlock();
-    std::string moved;
-    for (const auto& m : report.moved) moved += (moved.empty() ? "" : ", ") + m;
-    std::string lost;
-    for (const auto& l : report.lost) lost += (lost.empty() ? "" : ", ") + l;
-    std::fprintf(stderr, "swarmflow: %s; placement epoch %u: %s%s%s\n", who.c_str(), epoch,
-                 moved.empty() ? "nothing to move" : moved.c_str(), lost.empty() ? "" : "; lost: ", lost.c_str());
-    run->record_failover(std::move(report), now, steady_now_ns());
-    // A stateful replica moved to a unit process starts from its latest
-    // snapshot, sent ahead of the plan on the same socket.
-    for (const auto& m : plan.moved) {
-      const int to = plan.unit_of[static_cast<std::size_t>(m.first)][static_cast<std::size_t>(m.second)];
-      if (local[static_cast<std::size_t>(to)]) continue;
-      if (auto snapshot = stored_snapshot(m.first, m.second)) {
-        control_server->send(run->spec.units[static_cast<std::size_t>(to)].id,
-                             runtime::encode_restore(epoch, m.first, m.second, *snapshot));
-      }
-    }
-    apply_placement(plan.unit_of, epoch);
-    broadcast([&] { return runtime::plan_message(*run); });
-    // Lost replicas never report; nothing else counts them as ended.
-    if (!plan.lost.empty()) run->replica_finished(static_cast<int>(plan.lost.size()));
-  }
-
-  /// A unit heard again after it was declared dead gets the plan in force
-  /// (where none of its old replicas are any more) and, once it is Ready for
-  /// that epoch, Go: from then on failover may place replicas on it.
-  void welcome_back(std::unique_lock<std::mutex>& lock) {
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (!cluster->rejoining[u]) continue;
-      const std::string& id = run->spec.units[u].id;
-      if (!cluster->plan_sent[u]) {
-        cluster->plan_sent[u] = true;
-        const std::uint32_t epoch = run->table()->epoch;
-        lock.unlock();
-        std::fprintf(stderr, "swarmflow: unit '%s' is back: it joins again without replicas (placement epoch %u)\n",
-                     id.c_str(), epoch);
-        control_server->send(id, runtime::plan_message(*run));
-        lock.lock();
-      } else if (cluster->ready[u]) {
-        cluster->rejoining[u] = false;
-        const std::uint32_t epoch = run->table()->epoch;
-        lock.unlock();
-        std::fprintf(stderr, "swarmflow: unit '%s' runs again: failover may place replicas on it\n", id.c_str());
-        control_server->send(id, runtime::simple_message(schema::ControlBody::Go, epoch));
-        lock.lock();
-      }
-    }
-  }
-
-  /// This coordinator was started again while its units run on: it takes
-  /// the run over with the newest placement they report (UnitState). The
-  /// replicas of its own units died with the coordinator before it, so a
-  /// placement with any there cannot be taken over.
-  Status take_over() {
-    const bool all = wait_cluster(
-        [](runtime::ClusterView& v) {
-          for (std::size_t u = 0; u < v.remote.size(); ++u) {
-            if (v.remote[u] && !v.unit_state[u]) return false;
-          }
-          return true;
-        },
-        options.join_timeout_ms);
-    std::lock_guard<std::mutex> lock(cluster->mutex);
-    std::string missing;
-    const std::vector<std::vector<int>>* plan = nullptr;
-    std::uint32_t epoch = 0;
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (!cluster->remote[u]) continue;
-      const auto& state = cluster->unit_state[u];
-      if (!state) {
-        missing += (missing.empty() ? "" : ", ") + run->spec.units[u].id;
-      } else if (plan == nullptr || state->first > epoch) {
-        epoch = state->first;
-        plan = &state->second;
-      }
-    }
-    if (!all || plan == nullptr) {
-      return Status::error("the units run a pipeline already, but " + missing +
-                               " did not say by which placement: cannot take it over",
-                           StatusCode::unavailable);
-    }
-    for (std::size_t s = 0; s < plan->size(); ++s) {
-      for (std::size_t r = 0; r < (*plan)[s].size(); ++r) {
-        const int u = (*plan)[s][r];
-        if (u != runtime::kLostUnit && local[static_cast<std::size_t>(u)]) {
-          return Status::error("cannot take the running pipeline over: replica " + std::to_string(r) + " of stage '" +
-                                   run->spec.stages[s].id + "' ran on unit '" + run->spec.units[static_cast<std::size_t>(u)].id +
-                                   "' in the coordinator's process, and died with it",
-                               StatusCode::failed_precondition);
-        }
-      }
-    }
-    auto table = std::make_shared<runtime::RoutingTable>();
-    table->epoch = epoch;
-    table->unit_of = *plan;
-    run->publish(std::move(table));
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
-    }
-    std::fprintf(stderr, "swarmflow: coordinator at %s: takes over the running pipeline at placement epoch %u\n",
-                 run->spec.coordinator.c_str(), epoch);
-    return {};
-  }
-
   /// The snapshot a replica placed on a unit of this process starts from:
   /// the coordinator's latest, or the one it sent ahead of the plan.
-  std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica) {
+  std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica,
+                                                                  const placement::Snapshots* snapshots) {
     const std::pair<int, int> key{node, replica};
-    if (options.coordinator) {
-      if (!cluster) return nullptr;
-      std::lock_guard<std::mutex> lock(cluster->mutex);
-      const auto it = cluster->snapshots.find(key);
-      return it == cluster->snapshots.end() ? nullptr : it->second;
+    if (snapshots != nullptr) {
+      const auto it = snapshots->find(key);
+      return it == snapshots->end() ? nullptr : it->second;
     }
+    if (!unit_side) return nullptr;
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     const auto it = unit_side->restores.find(key);
     if (it == unit_side->restores.end()) return nullptr;
@@ -760,7 +464,10 @@ struct Runtime::Impl {
   /// here anew are spawned, the table is published, and every other local
   /// host is told (it replays to moved consumers, drops duplicates of moved
   /// producers and counts lost ones as ended).
-  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) {
+  /// `snapshots`: the coordinator's (in its process), else those the
+  /// coordinator sent this unit process ahead of the plan.
+  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
+                       const placement::Snapshots* snapshots) {
     const auto before = run->table();
     if (epoch <= before->epoch) return;
     auto placed = std::make_shared<runtime::RoutingTable>();
@@ -783,7 +490,7 @@ struct Runtime::Impl {
         } else if (before->unit(node.index, r) != u) {
           actors[static_cast<std::size_t>(r)] =
               runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r,
-                                        stored_snapshot(node.index, r), true);
+                                        stored_snapshot(node.index, r, snapshots), true);
           fresh.push_back(actors[static_cast<std::size_t>(r)]);
         }
       }
@@ -881,7 +588,7 @@ struct Runtime::Impl {
       epoch = unit_side->epoch;
     }
     if (run->start_ns == 0) return;  // before the run: start() takes the plan up
-    apply_placement(std::move(plan), epoch);
+    apply_placement(std::move(plan), epoch, nullptr);
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
       const std::string id = run->spec.units[u].id;
@@ -893,13 +600,6 @@ struct Runtime::Impl {
   bool unit_side_shutdown_first() {
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     return unit_side->shutdown && !unit_side->coordinator_lost;
-  }
-
-  /// The first unit declared dead, as an error; ok while there is none.
-  Status lost_unit() {
-    std::lock_guard<std::mutex> lock(cluster->mutex);
-    if (cluster->lost.empty()) return {};
-    return Status::error(cluster->lost, StatusCode::unavailable);
   }
 
   Status coordinator_lost_before_start() const {
@@ -921,7 +621,8 @@ struct Runtime::Impl {
 
   // -- hosts ------------------------------------------------------------------
 
-  void spawn_local_hosts() {
+  /// One actor system per unit hosted here.
+  void make_systems() {
     const std::size_t units = run->spec.units.size();
     caf_configs.resize(units);
     systems.resize(units);
@@ -935,6 +636,10 @@ struct Runtime::Impl {
       caf_configs[u]->set("work-stealing.moderate-poll-attempts", std::size_t{0});
       systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
     }
+  }
+
+  void spawn_local_hosts() {
+    const std::size_t units = run->spec.units.size();
     auto placed = run->table();
     auto table = std::make_shared<runtime::RoutingTable>(*placed);
     table->actors.assign(run->graph.nodes.size(), {});
@@ -1039,8 +744,10 @@ Status Runtime::start() {
   if (Status s = m.choose_local_units(); !s.ok()) return s;
   auto fail = [&](Status s) {
     m.stop_failure_watch();
+    m.stop_coordinator();
     m.stop_unit_actors();
     if (m.control_server) m.control_server->stop();
+    m.release_coordinator();
     m.stop_transports();
     m.kill_local_hosts();
     m.systems.clear();
@@ -1052,11 +759,13 @@ Status Runtime::start() {
     m.unit_side = std::make_shared<runtime::UnitSide>();
     m.unit_side->coordinator = std::make_unique<placement::FailureDetector>(m.run->spec.failure);
   }
+  m.make_systems();
   if (m.distributed && m.options.coordinator) {
     if (Status s = m.start_coordinator(); !s.ok()) return fail(s);
   }
   if (Status s = m.start_transports(); !s.ok()) return fail(s);
-  if (m.distributed) m.start_failure_watch();
+  // The coordinator actor checks its detectors itself.
+  if (m.distributed && !m.options.coordinator) m.start_failure_watch();
 
   bool takeover = false;  ///< the units are in a run already: this coordinator takes it over
   if (m.distributed && m.options.coordinator) {
@@ -1067,14 +776,12 @@ Status Runtime::start() {
     while (true) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      joined = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined) || !v.lost.empty(); },
-                              static_cast<int>(std::min<std::int64_t>(left.count(), kJoinLogEveryMs)));
+      const placement::AwaitStatus status =
+          placement::await(*m.coordinator_system, m.coordinator, placement::Await::joined,
+                           std::min<std::int64_t>(left.count(), kJoinLogEveryMs));
+      joined = status.met;
       if (joined) break;
-      std::string missing;
-      {
-        std::lock_guard<std::mutex> lock(m.cluster->mutex);
-        missing = m.cluster->missing(m.cluster->joined, m.run->spec);
-      }
+      const std::string& missing = status.missing;
       const auto still =
           std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
       if (still.count() >= 500) {
@@ -1083,21 +790,20 @@ Status Runtime::start() {
                      static_cast<long long>((still.count() + 999) / 1000));
       }
     }
-    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
+    const placement::AwaitStatus status = placement::status(*m.coordinator_system, m.coordinator, placement::Await::joined);
+    if (!status.lost.empty()) return fail(Status::error(status.lost, StatusCode::unavailable));
     if (!joined) {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
       return fail(Status::error("units did not join within " + std::to_string(m.options.join_timeout_ms) +
-                                    " ms: " + m.cluster->missing(m.cluster->joined, m.run->spec),
+                                    " ms: " + status.missing,
                                 StatusCode::unavailable));
     }
-    {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
-      for (std::size_t u = 0; u < m.local.size(); ++u) {
-        takeover = takeover || (m.cluster->remote[u] && m.cluster->heard_epoch[u] > 0);
-      }
-    }
+    takeover = placement::units_in_a_run(*m.coordinator_system, m.coordinator);
     if (takeover) {
-      if (Status s = m.take_over(); !s.ok()) return fail(s);
+      // Every unit says by which placement it runs (UnitState); the newest
+      // is taken over.
+      placement::await(*m.coordinator_system, m.coordinator, placement::Await::unit_states,
+                       m.options.join_timeout_ms);
+      if (Status s = placement::take_over(*m.coordinator_system, m.coordinator); !s.ok()) return fail(s);
     } else {
       m.broadcast([&] { return runtime::plan_message(*m.run); });
     }
@@ -1125,14 +831,10 @@ Status Runtime::start() {
   m.spawn_local_hosts();
 
   if (m.distributed && m.options.coordinator && !takeover) {
-    const bool ready = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready) || !v.lost.empty(); },
-                                      m.options.join_timeout_ms);
-    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
-    if (!ready) {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
-      return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
-                                StatusCode::unavailable));
-    }
+    const placement::AwaitStatus ready =
+        placement::await(*m.coordinator_system, m.coordinator, placement::Await::ready, m.options.join_timeout_ms);
+    if (!ready.lost.empty()) return fail(Status::error(ready.lost, StatusCode::unavailable));
+    if (!ready.met) return fail(Status::error("units not ready: " + ready.missing, StatusCode::unavailable));
     m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Go, m.run->table()->epoch); });
   } else if (!m.options.coordinator) {
     for (std::size_t u = 0; u < m.local.size(); ++u) {
@@ -1256,22 +958,17 @@ Status Runtime::wait() {
     m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Shutdown, m.run->table()->epoch); });
     if (m.run->aborted()) {
       // The units still alive send what they have; the report covers them.
-      m.wait_cluster(
-          [](runtime::ClusterView& v) {
-            for (std::size_t u = 0; u < v.remote.size(); ++u) {
-              if (v.remote[u] && !v.done[u] && !v.dead[u]) return false;
-            }
-            return true;
-          },
-          m.options.leave_timeout_ms);
+      placement::await(*m.coordinator_system, m.coordinator, placement::Await::done, m.options.leave_timeout_ms);
     }
   }
   m.stop_failure_watch();
+  m.stop_coordinator();
   m.final_report = m.report_now();
   // Hosts stay after their replica has left (for a failover); stop them all.
   m.kill_local_hosts();
   m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
+  m.release_coordinator();
   m.stop_transports();
   {
     // Let the hosts' actors go: a table without them.
