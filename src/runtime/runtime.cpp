@@ -12,637 +12,31 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "placement/coordinator.hpp"
 #include "placement/failure_detector.hpp"
-#include "placement/failover.hpp"
 #include "placement/static_placement.hpp"
+#include "runtime/inbound_batcher.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/report_builder.hpp"
 #include "runtime/run_state.hpp"
 #include "runtime/snapshot_codec.hpp"
 #include "runtime/stats_codec.hpp"
+#include "runtime/unit_actor.hpp"
+#include "runtime/unit_protocol.hpp"
 #include "transport/control.hpp"
 #include "transport/security.hpp"
 #include "transport/transport.hpp"
 
 namespace swarmflow {
 namespace runtime {
-
-// -- RunState -----------------------------------------------------------------
-
-void RunState::replica_finished(int count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const bool was_done = finished_ >= total_replicas;
-  finished_ += count;
-  if (!was_done && finished_ >= total_replicas) {
-    end_ns.store(steady_now_ns());
-    cv_.notify_all();
-  }
-}
-
-void RunState::record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  failovers_.push_back(std::move(failover));
-  failover_times_.push_back(FailoverTimes{detected_ns, planned_ns});
-}
-
-void RunState::record_first_output(std::uint32_t epoch, std::int64_t ns, bool after_plan) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t i = 0; i < failovers_.size(); ++i) {
-    if (failovers_[i].epoch != epoch) continue;
-    const FailoverTimes& t = failover_times_[i];
-    const std::int64_t since = after_plan ? t.planned_ns - t.detected_ns + ns : ns - t.detected_ns;
-    const double ms = static_cast<double>(std::max<std::int64_t>(0, since)) / 1e6;
-    double& first = failovers_[i].first_output_ms;
-    if (first < 0 || ms < first) first = ms;
-  }
-}
-
-std::vector<FailoverReport> RunState::failovers() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failovers_;
-}
-
-void RunState::reset_replicas(int total) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  total_replicas = total;
-  finished_ = 0;
-  cv_.notify_all();
-}
-
-int RunState::replicas_total() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return total_replicas;
-}
-
-void RunState::adopt_replicas(int count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  total_replicas += count;
-  cv_.notify_all();
-}
-
-void RunState::abort(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (error_.empty()) error_ = message;
-  if (!aborted_ && finished_ < total_replicas) end_ns.store(steady_now_ns());
-  aborted_ = true;
-  cv_.notify_all();
-}
-
-bool RunState::aborted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_;
-}
-
-void RunState::record_load(int unit, double utilisation) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  UnitLoad& l = loads_[unit];
-  ++l.reports;
-  l.utilisation = utilisation;
-  l.at_ns = steady_now_ns();
-}
-
-UnitLoad RunState::load(int unit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = loads_.find(unit);
-  return it == loads_.end() ? UnitLoad{} : it->second;
-}
-
-void RunState::set_remote_transport(int unit, const RemoteTransportStats& stats) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  remote_transport_[unit] = stats;
-}
-
-std::optional<RemoteTransportStats> RunState::remote_transport(int unit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = remote_transport_.find(unit);
-  if (it == remote_transport_.end()) return std::nullopt;
-  return it->second;
-}
-
-void RunState::fail(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (error_.empty()) error_ = message;
-}
-
-bool RunState::wait_finished(std::int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto done = [this] { return aborted_ || finished_ >= total_replicas; };
-  if (timeout_ms < 0) {
-    cv_.wait(lock, done);
-    return true;
-  }
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done);
-}
-
-bool RunState::ok() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_.empty();
-}
-
-std::string RunState::error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
-}
-
-bool RunState::finished() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_ || finished_ >= total_replicas;
-}
-
 namespace {
 
-RunReport build_report(const RunState& run) {
-  const auto table = run.table();
-  RunReport r;
-  r.pipeline = run.spec.name;
-  r.ok = run.ok();
-  r.error = run.error();
-  r.finished = run.finished();
-  const std::int64_t end = r.finished ? run.end_ns.load() : steady_now_ns();
-  const std::int64_t start = run.start_ns.load();
-  r.duration_s = start > 0 ? static_cast<double>(end - start) / 1e9 : 0.0;
-  const graph::Graph& g = run.graph;
-  for (const auto& node : g.nodes) {
-    StageReport s;
-    s.id = node.decl->id;
-    s.type = node.decl->type;
-    s.replicas = node.decl->replicas;
-    s.sink = node.out_edges.empty();
-    metrics::LatencyHistogram latency;
-    for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
-      s.processed += stats->processed.load(std::memory_order_relaxed);
-      s.errors += stats->errors.load(std::memory_order_relaxed);
-      s.restarts += stats->restarts.load(std::memory_order_relaxed);
-      s.dead_letters += stats->dead_letters.load(std::memory_order_relaxed);
-      s.queued += stats->queued.load(std::memory_order_relaxed);
-      s.queue_peak = std::max<std::uint64_t>(s.queue_peak, stats->queue_peak.load(std::memory_order_relaxed));
-      for (const auto& [name, value] : stats->counters()) s.counters[name] += value;
-      latency.merge(stats->latency());
-    }
-    s.latency = latency.summary();
-    for (double bound : kServiceBucketsS) {
-      s.latency_le.push_back(latency.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
-    }
-    s.latency_sum_s = latency.sum_ns() / 1e9;
-    r.stages.push_back(std::move(s));
-  }
-  for (const auto& edge : g.edges) {
-    EdgeReport e;
-    e.from = g.from_name(edge);
-    e.to = g.to_name(edge);
-    e.overflow = config::to_string(edge.overflow);
-    for (const auto& side : run.edge_out[static_cast<std::size_t>(edge.id)]) {
-      e.sent += side->sent.load(std::memory_order_relaxed);
-      e.dropped += side->dropped.load(std::memory_order_relaxed);
-      e.too_large += side->too_large.load(std::memory_order_relaxed);
-      e.waiting += side->waiting.load(std::memory_order_relaxed);
-      e.peak_in_flight = std::max<std::uint64_t>(e.peak_in_flight, side->peak_in_flight.load(std::memory_order_relaxed));
-      e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
-      e.replayed += side->replayed.load(std::memory_order_relaxed);
-    }
-    for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
-      e.delivered += side->delivered.load(std::memory_order_relaxed);
-      e.refused += side->refused.load(std::memory_order_relaxed);
-    }
-    e.dropped += e.refused;
-    r.edges.push_back(std::move(e));
-  }
-  for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
-    UnitReport unit;
-    unit.id = run.spec.units[u].id;
-    unit.replicas = table->replicas_on(static_cast<int>(u));
-    const UnitLoad load = run.load(static_cast<int>(u));
-    unit.load_reports = load.reports;
-    unit.utilisation = load.utilisation;
-    if (u < run.transports.size() && run.transports[u]) {
-      const auto& c = run.transports[u]->counters();
-      unit.sent = c.sent.load();
-      unit.received = c.received.load();
-      unit.rejected = c.rejected_total();
-      unit.unknown_peer = c.unknown_peer.load();
-      unit.send_failed = c.send_failed.load();
-      unit.refused_handshakes = c.auth_refused.load();
-      for (std::size_t i = 1; i < c.rejected.size(); ++i) {
-        const auto n = c.rejected[i].load();
-        if (n > 0) unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = n;
-      }
-    } else if (auto remote = run.remote_transport(static_cast<int>(u))) {
-      unit.sent = remote->sent;
-      unit.received = remote->received;
-      unit.unknown_peer = remote->unknown_peer;
-      unit.send_failed = remote->send_failed;
-      unit.refused_handshakes = remote->refused_handshakes;
-      for (std::size_t i = 1; i < remote->rejected.size(); ++i) {
-        unit.rejected += remote->rejected[i];
-        if (remote->rejected[i] > 0) {
-          unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = remote->rejected[i];
-        }
-      }
-    }
-    r.units.push_back(std::move(unit));
-  }
-  for (const auto& node : g.nodes) {
-    const auto n = static_cast<std::size_t>(node.index);
-    for (std::size_t i = 0; i < run.replica_stats[n].size(); ++i) {
-      const ReplicaStats& stats = *run.replica_stats[n][i];
-      ReplicaReport rr;
-      rr.stage = node.decl->id;
-      rr.replica = static_cast<int>(i);
-      const int u = table->unit(node.index, static_cast<int>(i));
-      if (u >= 0 && static_cast<std::size_t>(u) < run.spec.units.size()) rr.unit = run.spec.units[static_cast<std::size_t>(u)].id;
-      rr.processed = stats.processed.load(std::memory_order_relaxed);
-      rr.errors = stats.errors.load(std::memory_order_relaxed);
-      rr.restarts = stats.restarts.load(std::memory_order_relaxed);
-      rr.dead_letters = stats.dead_letters.load(std::memory_order_relaxed);
-      rr.queued = stats.queued.load(std::memory_order_relaxed);
-      for (const auto& b : stats.service_buckets) rr.service_buckets.push_back(b.load(std::memory_order_relaxed));
-      rr.service_sum_s = static_cast<double>(stats.service_sum_ns.load(std::memory_order_relaxed)) / 1e9;
-      r.replicas.push_back(std::move(rr));
-    }
-  }
-  r.failovers = run.failovers();
-  return r;
-}
-
-/// Hands verified inbound messages to the local replicas they are for. It
-/// lives on one unit's transport thread: envelopes received in one burst go
-/// to each (replica, edge, producer) as one CAF message, as local batches do;
-/// an end-of-stream mark first sends what came before it.
-class InboundBatcher {
- public:
-  InboundBatcher(std::weak_ptr<RunState> run, int unit) : run_(std::move(run)), unit_(unit) {}
-
-  void add(transport::Inbound&& in) {
-    // The run is held from the first message of a burst to its end (flush).
-    if (!held_) {
-      held_ = run_.lock();
-      if (held_) table_ = held_->table();
-    }
-    RunState* run = held_.get();
-    if (run == nullptr) return;
-    if (!early_.empty() && table_->epoch > early_epoch_) retry_early();
-    if (in.destination.epoch > table_->epoch) {
-      // Sent under a newer placement than this unit has taken up yet (after
-      // a failover): kept until it has, so that its hosts know the new
-      // incarnations before they hear from them.
-      if (early_.size() < kMaxEarly) {
-        early_epoch_ = table_->epoch;
-        early_.push_back(std::move(in));
-      } else {
-        run->abort("more than " + std::to_string(kMaxEarly) +
-                   " messages arrived for a placement this unit has not taken up");
-      }
-      return;
-    }
-    const auto node = static_cast<std::size_t>(in.destination.node);
-    const auto replica = static_cast<std::size_t>(in.destination.replica);
-    if (node >= table_->unit_of.size() || replica >= table_->unit_of[node].size()) return;
-    const caf::actor target = table_->actor(static_cast<int>(node), static_cast<int>(replica));
-    if (table_->unit_of[node][replica] != unit_ || !target) {
-      return;  // not hosted here; the transport counted it as received
-    }
-    const auto& h = in.header;
-    const bool ack = in.destination.kind == transport::FrameKind::ack;
-    if (in.sender >= 0 && !(ack ? from_its_consumer(*run, in) : from_its_producer(*run, in))) {
-      // From a unit that no longer hosts the replica that sent it (fenced,
-      // or late): its work is its replacement's now. A stale ack would
-      // return credits and releases on the replacement's behalf.
-      run->stale_refused.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    switch (in.destination.kind) {
-      case transport::FrameKind::deliver: {
-        // Refused for its payload: acknowledged only for the unit that really
-        // hosts the producer it names, so no other peer can spend its credit.
-        if (!in.payload && !sent_by_producer(*run, in)) return;
-        Batch& b = batch_for(target, h.edge, h.from_replica);
-        if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
-        b.envelopes.emplace_back(h.envelope, std::move(in.payload));
-        if (b.envelopes.size() >= kMaxInboundBatch) send(b);
-        break;
-      }
-      case transport::FrameKind::ack:
-        caf::anon_send(target, ack_atom::value, h.edge, h.from_replica, h.credits, h.released, h.service_ns);
-        break;
-      case transport::FrameKind::eos:
-        send(batch_for(target, h.edge, h.from_replica));
-        caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
-        break;
-    }
-  }
-
-  void flush() {
-    for (auto& b : batches_) send(b);
-    held_.reset();
-    table_.reset();
-  }
-
-  /// Delivers what came early once this unit has taken up its placement.
-  void tick() {
-    if (early_.empty()) return;
-    auto run = run_.lock();
-    if (!run || run->table()->epoch <= early_epoch_) return;
-    retry_early();
-    flush();
-  }
-
- private:
-  static constexpr std::size_t kMaxInboundBatch = 32;
-  /// Messages for a placement newer than this unit's, kept at most.
-  static constexpr std::size_t kMaxEarly = 1u << 16;
-
-  void retry_early() {
-    std::vector<transport::Inbound> early = std::move(early_);
-    early_.clear();
-    for (auto& in : early) add(std::move(in));
-  }
-  struct Batch {
-    caf::actor target;
-    std::uint32_t edge;
-    std::uint32_t from;
-    std::vector<Envelope> envelopes;
-  };
-
-  /// The sending unit hosts the producer replica the message names, by the
-  /// table in force.
-  bool from_its_producer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (edge >= run.graph.edges.size()) return false;
-    const auto& producers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].from_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < producers.size() && producers[from] == in.sender;
-  }
-
-  /// The sending unit hosts the consumer replica an ack names.
-  bool from_its_consumer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (edge >= run.graph.edges.size()) return false;
-    const auto& consumers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].to_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < consumers.size() && consumers[from] == in.sender;
-  }
-
-  bool sent_by_producer(const RunState& run, const transport::Inbound& in) const {
-    const auto edge = static_cast<std::size_t>(in.header.edge);
-    if (in.sender < 0 || edge >= run.graph.edges.size()) return false;
-    const graph::Edge& e = run.graph.edges[edge];
-    if (e.to_node != static_cast<int>(in.destination.node)) return false;
-    const auto& producers = table_->unit_of[static_cast<std::size_t>(e.from_node)];
-    const auto from = static_cast<std::size_t>(in.header.from_replica);
-    return from < producers.size() && producers[from] == in.sender;
-  }
-
-  Batch& batch_for(const caf::actor& target, std::uint32_t edge, std::uint32_t from) {
-    for (auto& b : batches_) {
-      if (b.target == target && b.edge == edge && b.from == from) return b;
-    }
-    batches_.push_back(Batch{target, edge, from, {}});
-    return batches_.back();
-  }
-
-  static void send(Batch& b) {
-    if (b.envelopes.empty()) return;
-    if (b.envelopes.size() == 1) {
-      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes.front()));
-    } else {
-      caf::anon_send(b.target, deliver_atom::value, b.edge, b.from, std::move(b.envelopes));
-    }
-    b.envelopes = {};
-  }
-
-  std::weak_ptr<RunState> run_;
-  std::shared_ptr<RunState> held_;
-  std::shared_ptr<const RoutingTable> table_;  ///< held with the run, for one burst
-  std::vector<transport::Inbound> early_;
-  std::uint32_t early_epoch_ = 0;
-  int unit_;
-  std::vector<Batch> batches_;
-};
 
 template <class T>
 std::vector<std::unique_ptr<T>> make_n(int n) {
   std::vector<std::unique_ptr<T>> v;
   for (int i = 0; i < n; ++i) v.push_back(std::make_unique<T>());
   return v;
-}
-
-}  // namespace
-}  // namespace runtime
-
-// -- the unit actor: measures its unit's load and reports it -------------------
-
-namespace runtime {
-namespace {
-
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
-
-/// Every `interval_ms`, the utilisation of the unit's worker threads and per
-/// replica queue depth, service time, arrival rate and progress, as a
-/// LoadReport to the coordinator (a unit process) or straight into the run's
-/// view (a unit in the coordinator's process). Quits when the run has ended.
-caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState> run, int unit, int threads,
-                         bool remote_coordinator) {
-  struct State {
-    std::int64_t last_ns = steady_now_ns();
-    std::int64_t last_busy = 0;
-    std::vector<std::uint64_t> last_arrivals;
-  };
-  auto state = std::make_shared<State>();
-  const auto interval = std::chrono::milliseconds(std::max(1, run->spec.placement.interval_ms));
-  self->delayed_send(self, interval, tick_atom::value);
-  return {[=](tick_atom) {
-    if (run->finished()) {
-      self->quit();
-      return;
-    }
-    const std::int64_t now = steady_now_ns();
-    const double dt_ns = static_cast<double>(std::max<std::int64_t>(1, now - state->last_ns));
-    std::int64_t busy = 0;
-    double utilisation = 0;
-    std::size_t k = 0;
-    const auto table = run->table();
-    auto report = transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-      std::vector<flatbuffers::Offset<schema::ReplicaLoad>> replicas;
-      for (const auto& node : run->graph.nodes) {
-        const auto n = static_cast<std::size_t>(node.index);
-        for (std::size_t r = 0; r < table->unit_of[n].size(); ++r) {
-          if (table->unit_of[n][r] != unit) continue;
-          const ReplicaStats& s = *run->replica_stats[n][r];
-          busy += s.busy_ns.load(std::memory_order_relaxed);
-          std::uint64_t arrivals = 0;
-          for (int e : node.in_edges) arrivals += run->edge_in[static_cast<std::size_t>(e)][r]->delivered.load();
-          if (state->last_arrivals.size() <= k) state->last_arrivals.push_back(0);
-          const double arrival_hz = static_cast<double>(arrivals - state->last_arrivals[k]) * 1e9 / dt_ns;
-          state->last_arrivals[k++] = arrivals;
-          replicas.push_back(schema::CreateReplicaLoad(
-              fbb, fbb.CreateString(node.decl->id), static_cast<std::uint32_t>(r),
-              static_cast<std::uint32_t>(s.queued.load()), static_cast<double>(s.service_ns.load()), arrival_hz,
-              s.processed.load()));
-        }
-      }
-      utilisation =
-          std::clamp(static_cast<double>(busy - state->last_busy) / (dt_ns * std::max(1, threads)), 0.0, 1.0);
-      auto body = schema::CreateLoadReport(fbb, fbb.CreateString(run->spec.units[static_cast<std::size_t>(unit)].id),
-                                           now, static_cast<float>(utilisation), fbb.CreateVector(replicas));
-      return std::make_pair(schema::ControlBody::LoadReport, body.Union());
-    });
-    state->last_busy = busy;
-    state->last_ns = now;
-    if (remote_coordinator) {
-      run->transports[static_cast<std::size_t>(unit)]->send_control(std::move(report));
-    } else {
-      run->record_load(unit, utilisation);
-    }
-    self->delayed_send(self, interval, tick_atom::value);
-  }};
-}
-
-}  // namespace
-}  // namespace runtime
-
-// -- the cluster, as the coordinator and as a unit process see it -------------
-
-namespace runtime {
-namespace {
-
-/// The coordinator's view of the units in other processes. Soft state: it is
-/// rebuilt from what the units send.
-struct ClusterView {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<bool> remote;  ///< by unit
-  std::vector<bool> joined;
-  std::vector<bool> ready;
-  std::vector<bool> done;
-  std::vector<bool> dead;       ///< declared dead by its detector
-  std::vector<bool> rejoining;  ///< dead, heard again: gets the plan in force, then Go
-  std::vector<bool> plan_sent;  ///< a rejoining unit has been sent the plan
-  std::vector<bool> leaving;    ///< asked to leave; its replicas are not handed over yet
-  /// Placement epoch in each unit's heartbeats: above 0, the unit is in a
-  /// run already (this coordinator was started again and takes it over).
-  std::vector<std::uint32_t> heard_epoch;
-  /// The placement each unit runs by, from its UnitState (a takeover).
-  std::vector<std::optional<std::pair<std::uint32_t, std::vector<std::vector<int>>>>> unit_state;
-  std::vector<bool> left;       ///< asked to leave and handed its replicas over
-  std::uint64_t stale_messages = 0;  ///< from units declared dead, other than a new heartbeat
-  /// Every message from a unit is a heartbeat for its detector.
-  std::unique_ptr<placement::FailureDetectors> detectors;
-  std::string lost;  ///< why the first unit declared dead was; empty while none is
-  std::uint64_t unknown_units = 0;
-  /// The latest snapshot of each stateful replica on a unit process, by
-  /// (node, replica): what a failover restores.
-  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> snapshots;
-  /// Answers units (SnapshotStored); set before the server starts.
-  transport::ControlServer* server = nullptr;
-
-  bool all(const std::vector<bool>& flags) {
-    for (std::size_t u = 0; u < flags.size(); ++u) {
-      if (remote[u] && !flags[u]) return false;
-    }
-    return true;
-  }
-  std::string missing(const std::vector<bool>& flags, const config::PipelineSpec& spec) {
-    std::string out;
-    for (std::size_t u = 0; u < flags.size(); ++u) {
-      if (remote[u] && !flags[u]) out += (out.empty() ? "" : ", ") + spec.units[u].id;
-    }
-    return out;
-  }
-};
-
-/// What a unit process hears from the coordinator.
-struct UnitSide {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool has_plan = false;
-  std::uint32_t epoch = 0;
-  std::vector<std::vector<int>> plan;
-  bool go = false;
-  bool replan = false;  ///< a newer plan arrived during the run
-  bool shutdown = false;
-  /// Every message from the coordinator is a heartbeat for this detector.
-  std::unique_ptr<placement::FailureDetector> coordinator;
-  bool coordinator_lost = false;  ///< declared dead, and nothing heard since
-  std::int64_t coordinator_pid = 0;  ///< of the coordinator heard last
-  bool new_coordinator = false;      ///< one not heard before: tell it the run's state
-  bool leaving = false;           ///< Runtime::leave: this unit hands its replicas over and leaves
-  std::uint32_t leave_epoch = 0;  ///< the epoch when it asked; the handover is a newer one
-  /// Snapshots to start replicas placed here from, by (node, replica), as
-  /// the coordinator sent them before a plan.
-  std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> restores;
-};
-
-int unit_index(const config::PipelineSpec& spec, const std::string& id) {
-  for (std::size_t u = 0; u < spec.units.size(); ++u) {
-    if (spec.units[u].id == id) return static_cast<int>(u);
-  }
-  return -1;
-}
-
-int replicas_on(const RunState& run, int unit) { return run.table()->replicas_on(unit); }
-
-void stop_local_sources(RunState& run) {
-  run.stop_requested.store(true);
-  for (const auto& node : run.graph.nodes) {
-    if (!node.source()) continue;
-    const auto table = run.table();
-    for (const auto& a : table->actors[static_cast<std::size_t>(node.index)]) {
-      if (a) send_stop(a);
-    }
-  }
-}
-
-/// A replica lost with its unit, as a PlacementPlan says it.
-constexpr std::uint32_t kLostInPlan = 0xffffffffu;
-
-flatbuffers::Offset<schema::PlacementPlan> build_plan(flatbuffers::FlatBufferBuilder& fbb, const RoutingTable& table) {
-  std::vector<std::uint32_t> counts;
-  std::vector<std::uint32_t> units;
-  for (const auto& replicas : table.unit_of) {
-    counts.push_back(static_cast<std::uint32_t>(replicas.size()));
-    for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
-  }
-  return schema::CreatePlacementPlan(fbb, table.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
-}
-
-transport::ControlBuffer plan_message(const RunState& run) {
-  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    return std::make_pair(schema::ControlBody::PlacementPlan, build_plan(fbb, *run.table()).Union());
-  });
-}
-
-/// The unit of every replica in a verified plan; false when it is not this
-/// pipeline's (another file's, or units out of range).
-bool decode_plan(const RunState& run, const schema::PlacementPlan& p, std::vector<std::vector<int>>* out) {
-  if (p.stage_replicas() == nullptr || p.units() == nullptr) return false;
-  std::vector<std::vector<int>> plan;
-  std::size_t next = 0;
-  const auto& nodes = run.graph.nodes;
-  if (p.stage_replicas()->size() != nodes.size()) return false;
-  for (std::size_t node = 0; node < nodes.size(); ++node) {
-    const auto n = p.stage_replicas()->Get(static_cast<flatbuffers::uoffset_t>(node));
-    if (n != static_cast<std::uint32_t>(nodes[node].decl->replicas)) return false;
-    std::vector<int> replicas;
-    for (std::uint32_t r = 0; r < n; ++r, ++next) {
-      if (next >= p.units()->size()) return false;
-      const std::uint32_t u = p.units()->Get(static_cast<flatbuffers::uoffset_t>(next));
-      if (u >= run.spec.units.size() && u != kLostInPlan) return false;
-      replicas.push_back(u == kLostInPlan ? kLostUnit : static_cast<int>(u));
-    }
-    plan.push_back(std::move(replicas));
-  }
-  *out = std::move(plan);
-  return true;
-}
-
-template <class Body>
-transport::ControlBuffer simple_message(schema::ControlBody type, std::uint32_t epoch) {
-  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    flatbuffers::Offset<void> body;
-    if constexpr (std::is_same_v<Body, schema::Go>) body = schema::CreateGo(fbb, epoch).Union();
-    if constexpr (std::is_same_v<Body, schema::Shutdown>) body = schema::CreateShutdown(fbb, epoch).Union();
-    if constexpr (std::is_same_v<Body, schema::StopSources>) body = schema::CreateStopSources(fbb, epoch).Union();
-    return std::make_pair(type, body);
-  });
 }
 
 }  // namespace
@@ -662,7 +56,7 @@ Status write_key_pair(const std::string& path, bool overwrite) {
   return transport::write_keypair(path, transport::generate_keypair(), overwrite);
 }
 
-struct Runtime::Impl {
+struct Runtime::Impl : placement::CoordinatorEffects {
   RuntimeOptions options;
   Registry registry;
   std::shared_ptr<runtime::RunState> run;
@@ -685,22 +79,26 @@ struct Runtime::Impl {
     RunReport r = runtime::build_report(*run);
     if (control_server) r.coordinator.refused_handshakes = control_server->refused_handshakes();
     r.coordinator.stale_refused = run->stale_refused.load(std::memory_order_relaxed);
-    if (cluster) {
-      std::lock_guard<std::mutex> lock(cluster->mutex);
-      r.coordinator.stale_refused += cluster->stale_messages;
-    }
+    if (coordinator_figures) r.coordinator.stale_refused += coordinator_figures->stale_messages.load();
     return r;
   }
-  std::shared_ptr<runtime::ClusterView> cluster;
+  /// The coordinator actor (distributed, in the coordinator's process), on
+  /// its own thread in the system of the first unit hosted here.
+  caf::actor coordinator;
+  caf::actor_system* coordinator_system = nullptr;
+  std::shared_ptr<placement::CoordinatorFigures> coordinator_figures;
   std::shared_ptr<runtime::UnitSide> unit_side;
 
-  // -- the failure watch thread (start_failure_watch)
+  // -- the unit process's failure watch thread (start_failure_watch)
   std::thread watch;
   std::mutex watch_mutex;
   std::condition_variable watch_cv;
   bool watch_stopping = false;
 
-  ~Impl() { stop_failure_watch(); }
+  ~Impl() override {
+    stop_failure_watch();
+    stop_coordinator();
+  }
 
   /// Loads what a definition's `plugins:` names into this runtime's registry.
   config::PluginLoader plugin_loader() {
@@ -900,7 +298,7 @@ struct Runtime::Impl {
         any_control = true;
         t->on_control([weak, side, beats](const schema::Control& c) {
           auto r = weak.lock();
-          if (r) on_coordinator_message(*r, *side, c, beats);
+          if (r) runtime::on_coordinator_message(*r, *side, c, beats);
         });
       }
       Status s = t->start();
@@ -918,61 +316,6 @@ struct Runtime::Impl {
 
   // -- unit process ---------------------------------------------------------
 
-  static void on_coordinator_message(runtime::RunState& run, runtime::UnitSide& side, const schema::Control& c,
-                                     bool heartbeat) {
-    std::lock_guard<std::mutex> lock(side.mutex);
-    if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
-    switch (c.body_type()) {
-      case schema::ControlBody::Heartbeat: {
-        const std::int64_t pid = c.body_as_Heartbeat()->pid();
-        if (side.coordinator_pid != 0 && pid != side.coordinator_pid) side.new_coordinator = true;
-        side.coordinator_pid = pid;
-        break;
-      }
-      case schema::ControlBody::PlacementPlan: {
-        const auto* p = c.body_as_PlacementPlan();
-        if (side.has_plan && p->epoch() <= side.epoch) break;
-        std::vector<std::vector<int>> plan;
-        // Not this pipeline's plan: the coordinator runs another file.
-        if (!runtime::decode_plan(run, *p, &plan)) break;
-        side.plan = std::move(plan);
-        side.epoch = p->epoch();
-        if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
-        side.has_plan = true;
-        break;
-      }
-      case schema::ControlBody::Go:
-        side.go = true;
-        break;
-      case schema::ControlBody::SnapshotStored: {
-        const auto* m = c.body_as_SnapshotStored();
-        const auto table = run.table();
-        const caf::actor a = table->actor(static_cast<int>(m->node()), static_cast<int>(m->replica()));
-        if (a) runtime::send_snapshot_stored(a, m->id());
-        break;
-      }
-      case schema::ControlBody::Restore: {
-        const auto* m = c.body_as_Restore();
-        if (m->snapshot() == nullptr) break;
-        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
-        if (!runtime::decode_snapshot(*m->snapshot(), snapshot.get())) break;
-        side.restores[{static_cast<int>(m->snapshot()->node()), static_cast<int>(m->snapshot()->replica())}] =
-            std::move(snapshot);
-        break;
-      }
-      case schema::ControlBody::StopSources:
-        runtime::stop_local_sources(run);
-        break;
-      case schema::ControlBody::Shutdown:
-        side.shutdown = true;
-        if (!run.finished()) run.abort("the coordinator ended the run");
-        break;
-      default:
-        break;
-    }
-    side.cv.notify_all();
-  }
-
   template <class Pred>
   bool wait_unit_side(Pred pred, int timeout_ms) {
     std::unique_lock<std::mutex> lock(unit_side->mutex);
@@ -983,21 +326,7 @@ struct Runtime::Impl {
 
   Status start_coordinator() {
     const auto& spec = run->spec;
-    cluster = std::make_shared<runtime::ClusterView>();
     const std::size_t n = spec.units.size();
-    cluster->remote.resize(n);
-    for (std::size_t u = 0; u < n; ++u) cluster->remote[u] = !local[u];
-    cluster->joined.assign(n, false);
-    cluster->ready.assign(n, false);
-    cluster->done.assign(n, false);
-    cluster->dead.assign(n, false);
-    cluster->rejoining.assign(n, false);
-    cluster->plan_sent.assign(n, false);
-    cluster->leaving.assign(n, false);
-    cluster->heard_epoch.assign(n, 0);
-    cluster->unit_state.assign(n, std::nullopt);
-    cluster->left.assign(n, false);
-    cluster->detectors = std::make_unique<placement::FailureDetectors>(spec.failure, n);
     transport::ControlServerConfig cfg;
     cfg.endpoint = spec.coordinator;
     cfg.public_key = own_keys.public_key;
@@ -1006,122 +335,73 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < n; ++u) {
       if (!local[u]) cfg.heartbeat_to.push_back(spec.units[u].id);
     }
-    std::weak_ptr<runtime::RunState> weak = run;
-    auto view = cluster;
+    placement::CoordinatorSetup setup;
+    setup.spec = &run->spec;
+    setup.graph = &run->graph;
+    for (std::size_t u = 0; u < n; ++u) setup.remote.push_back(!local[u]);
+    setup.effects = this;
+    setup.clock = [] { return steady_now_ns(); };
+    setup.limits = cfg.limits;
+    setup.check_period_us = placement::check_period_us(spec.failure.heartbeat_ms);
+    coordinator_figures = setup.figures;
+    for (std::size_t u = 0; u < n && coordinator_system == nullptr; ++u) {
+      if (local[u]) coordinator_system = systems[u].get();
+    }
+    coordinator = placement::spawn_coordinator(*coordinator_system, std::move(setup));
+    // The server's thread hands every verified message to the coordinator
+    // actor; `coordinator` is set before it starts and reset after it stops.
     control_server = std::make_unique<transport::ControlServer>(
-        transport::process_context(), cfg, [weak, view](const std::string& unit_id, const schema::Control& c) {
-          auto r = weak.lock();
-          if (r) on_unit_message(*r, *view, unit_id, c);
-        });
-    cluster->server = control_server.get();
+        transport::process_context(), cfg,
+        transport::ControlServer::BytesHandler([this](const std::string& unit_id, const schema::Control&,
+                                                      const std::uint8_t* data, std::size_t size) {
+          placement::forward_control(coordinator, unit_id, data, size);
+        }));
     return control_server->start();
   }
 
-  static void on_unit_message(runtime::RunState& run, runtime::ClusterView& view, const std::string& unit_id,
-                              const schema::Control& c) {
-    const int u = runtime::unit_index(run.spec, unit_id);
-    std::lock_guard<std::mutex> lock(view.mutex);
-    if (u < 0 || !view.remote[static_cast<std::size_t>(u)]) {
-      ++view.unknown_units;
-      return;
-    }
-    const auto i = static_cast<std::size_t>(u);
-    if (view.left[i]) {
-      // It handed its replicas over: only its figures are still wanted; then
-      // it may go.
-      if (c.body_type() == schema::ControlBody::UnitDone && !view.done[i]) {
-        view.done[i] = true;
-        runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
-        if (view.server != nullptr) {
-          view.server->send(unit_id, runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown,
-                                                                               run.table()->epoch));
-        }
-        view.cv.notify_all();
-      }
-      return;
-    }
-    if (view.dead[i]) {
-      // A unit declared dead speaks again: a restarted process joins anew as
-      // a unit without replicas (its replicas live elsewhere now); anything
-      // else from it belongs to its old life and is refused.
-      if (c.body_type() != schema::ControlBody::Heartbeat) {
-        ++view.stale_messages;
-        return;
-      }
-      view.dead[i] = false;
-      view.rejoining[i] = true;
-      view.plan_sent[i] = false;
-      view.ready[i] = false;
-      view.done[i] = false;
-      view.detectors->rejoin(i, steady_now_ns());
-    }
-    view.detectors->heartbeat(i, steady_now_ns());
-    switch (c.body_type()) {
-      case schema::ControlBody::Heartbeat:
-        view.joined[i] = true;
-        view.heard_epoch[i] = c.body_as_Heartbeat()->epoch();
-        break;
-      case schema::ControlBody::UnitState: {
-        const auto* m = c.body_as_UnitState();
-        std::vector<std::vector<int>> plan;
-        if (m->running() && m->plan() != nullptr && runtime::decode_plan(run, *m->plan(), &plan)) {
-          view.unit_state[i] = std::make_pair(m->plan()->epoch(), std::move(plan));
-        }
-        break;
-      }
-      case schema::ControlBody::LoadReport:
-        run.record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
-        break;
-      case schema::ControlBody::Ready:
-        if (c.body_as_Ready()->epoch() == run.table()->epoch) view.ready[i] = true;
-        break;
-      case schema::ControlBody::Snapshot: {
-        // Kept only from the unit that hosts the replica by the placement
-        // in force: a fenced unit's state is stale.
-        const auto* m = c.body_as_Snapshot();
-        const auto table = run.table();
-        const int node = static_cast<int>(m->node());
-        const int replica = static_cast<int>(m->replica());
-        auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
-        if (table->unit(node, replica) != u || !runtime::decode_snapshot(*m, snapshot.get())) {
-          ++view.stale_messages;
-          break;
-        }
-        const std::uint64_t id = snapshot->id;
-        view.snapshots[{node, replica}] = std::move(snapshot);
-        if (view.server != nullptr) {
-          view.server->send(unit_id, runtime::encode_snapshot_stored(table->epoch, node, replica, id));
-        }
-        break;
-      }
-      case schema::ControlBody::Leaving:
-        // Handed over by the failure watch, like a unit declared dead.
-        if (!view.leaving[i]) view.leaving[i] = true;
-        break;
-      case schema::ControlBody::FirstOutput: {
-        const auto* m = c.body_as_FirstOutput();
-        run.record_first_output(m->epoch(), m->after_ns(), true);
-        break;
-      }
-      case schema::ControlBody::UnitDone:
-        if (!view.done[i] && c.body_as_UnitDone()->epoch() == run.table()->epoch) {
-          view.done[i] = true;
-          view.detectors->retire(i);  // it may leave now
-          runtime::merge_unit_done(run, u, *c.body_as_UnitDone());
-          run.replica_finished(runtime::replicas_on(run, u));
-        }
-        break;
-      default:
-        break;
-    }
-    view.cv.notify_all();
+  /// Stops the coordinator actor (no decision of it acts after this).
+  void stop_coordinator() {
+    if (!coordinator) return;
+    placement::stop_coordinator(*coordinator_system, coordinator);
   }
 
-  template <class Pred>
-  bool wait_cluster(Pred pred, int timeout_ms) {
-    std::unique_lock<std::mutex> lock(cluster->mutex);
-    return cluster->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(*cluster); });
+  /// Lets go of the coordinator actor, once the control server has stopped.
+  void release_coordinator() {
+    stop_coordinator();
+    coordinator = caf::actor();
   }
+
+  // -- what the coordinator does to this process (CoordinatorEffects) --------
+
+  std::shared_ptr<const runtime::RoutingTable> table() const override { return run->table(); }
+  std::int64_t run_started_ns() const override { return run->start_ns.load(); }
+  bool run_finished() const override { return run->finished(); }
+  void send(int unit, transport::ControlBuffer message) override {
+    control_server->send(run->spec.units[static_cast<std::size_t>(unit)].id, std::move(message));
+  }
+  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
+                       const placement::Snapshots& snapshots) override {
+    apply_placement(std::move(unit_of), epoch, &snapshots);
+  }
+  void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) override {
+    auto table = std::make_shared<runtime::RoutingTable>();
+    table->epoch = epoch;
+    table->unit_of = std::move(unit_of);
+    run->publish(std::move(table));
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
+    }
+  }
+  void record_load(int unit, double utilisation) override { run->record_load(unit, utilisation); }
+  void merge_unit_done(int unit, const schema::UnitDone& done) override { runtime::merge_unit_done(*run, unit, done); }
+  void replicas_finished(int count) override { run->replica_finished(count); }
+  void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) override {
+    run->record_failover(std::move(failover), detected_ns, planned_ns);
+  }
+  void record_first_output(std::uint32_t epoch, std::int64_t after_ns) override {
+    run->record_first_output(epoch, after_ns, true);
+  }
+  void abort(const std::string& message) override { run->abort(message); }
 
   void broadcast(const std::function<transport::ControlBuffer()>& make) {
     for (std::size_t u = 0; u < local.size(); ++u) {
@@ -1131,9 +411,9 @@ struct Runtime::Impl {
 
   // -- failure watch ----------------------------------------------------------
 
-  /// Checks the failure detectors several times a heartbeat while the run
-  /// lasts: in the coordinator those of the unit processes, in a unit process
-  /// the coordinator's.
+  /// Checks the coordinator's failure detector several times a heartbeat
+  /// while the run lasts (a unit process; the coordinator actor checks those
+  /// of the unit processes itself).
   void start_failure_watch() {
     const auto period = std::chrono::microseconds(std::max(1000, run->spec.failure.heartbeat_ms * 1000 / 5));
     watch_stopping = false;
@@ -1154,11 +434,7 @@ struct Runtime::Impl {
         }
         skipped = false;
         lock.unlock();
-        if (options.coordinator) {
-          watch_units();
-        } else {
-          watch_coordinator();
-        }
+        watch_coordinator();
         lock.lock();
       }
     });
@@ -1173,202 +449,16 @@ struct Runtime::Impl {
     if (watch.joinable()) watch.join();
   }
 
-  /// A unit declared dead has its replicas placed on the survivors (a new
-  /// epoch, published here and sent to every unit process); its sources are
-  /// lost. Before the run has started, or when some replica has no unit to
-  /// go to, the run ends with an error that names the unit.
-  void watch_units() {
-    const std::int64_t now = steady_now_ns();
-    std::unique_lock<std::mutex> lock(cluster->mutex);
-    welcome_back(lock);
-    const auto dead = cluster->detectors->declare_dead(now);
-    std::vector<std::size_t> leavers;
-    for (std::size_t u = 0; u < cluster->leaving.size(); ++u) {
-      if (cluster->leaving[u] && !cluster->left[u] && !cluster->dead[u]) leavers.push_back(u);
-    }
-    if (dead.empty() && leavers.empty()) return;
-    std::string who;
-    for (const auto& d : dead) {
-      cluster->dead[d.unit] = true;
-      char phi[64];
-      std::snprintf(phi, sizeof phi, "%.1f", d.phi);
-      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[d.unit].id + "' is dead: nothing heard from it for " +
-                                          std::to_string(d.silent_ns / 1'000'000) + " ms (phi " + phi +
-                                          " reached failure.phi_threshold)");
-    }
-    for (std::size_t u : leavers) {
-      // It hands its replicas over now; its detector stops watching it.
-      cluster->left[u] = true;
-      cluster->detectors->retire(u);
-      who += (who.empty() ? "" : "; ") + ("unit '" + run->spec.units[u].id + "' is leaving (it was asked to stop)");
-    }
-    std::vector<bool> usable(local.size());
-    for (std::size_t u = 0; u < usable.size(); ++u) {
-      usable[u] = local[u] || (cluster->joined[u] && !cluster->done[u] && !cluster->dead[u] && !cluster->rejoining[u] &&
-                               !cluster->left[u]);
-    }
-    std::vector<bool> is_source;
-    for (const auto& node : run->graph.nodes) is_source.push_back(node.source());
-    const auto table = run->table();
-    const bool running = run->start_ns > 0 && !run->finished();
-    // A source whose position is kept here restarts elsewhere from it.
-    std::vector<std::vector<bool>> restartable(table->unit_of.size());
-    for (std::size_t s = 0; s < restartable.size(); ++s) restartable[s].assign(table->unit_of[s].size(), false);
-    for (const auto& [key, snapshot] : cluster->snapshots) {
-      const auto s = static_cast<std::size_t>(key.first);
-      const auto r = static_cast<std::size_t>(key.second);
-      if (s < restartable.size() && r < restartable[s].size()) restartable[s][r] = true;
-    }
-    const placement::FailoverPlan plan =
-        placement::place_after_failure(run->spec, is_source, table->unit_of, usable, restartable);
-    if (!running || !plan.refused.empty()) {
-      const std::string message =
-          who + (running ? "; its work cannot be taken over (" + plan.refused + "), so the run ends"
-                         : "; the run ends");
-      if (cluster->lost.empty()) cluster->lost = message;
-      run->abort(message);
-      cluster->cv.notify_all();
-      return;
-    }
-    const std::uint32_t epoch = table->epoch + 1;
-    FailoverReport report;
-    for (const auto& d : dead) {
-      if (!report.unit.empty()) report.unit += ",";
-      report.unit += run->spec.units[d.unit].id;
-      report.silent_ms = std::max<std::int64_t>(report.silent_ms, d.silent_ns / 1'000'000);
-    }
-    for (std::size_t u : leavers) {
-      if (!report.unit.empty()) report.unit += ",";
-      report.unit += run->spec.units[u].id;
-    }
-    if (dead.empty()) report.cause = "left";
-    report.detected_s = static_cast<double>(now - run->start_ns) / 1e9;
-    report.epoch = epoch;
-    const auto name = [&](const std::pair<int, int>& r) {
-      return run->graph.nodes[static_cast<std::size_t>(r.first)].decl->id + "/" + std::to_string(r.second);
-    };
-    for (const auto& m : plan.moved) {
-      report.moved.push_back(name(m) + " -> " +
-                             run->spec.units[static_cast<std::size_t>(plan.unit_of[static_cast<std::size_t>(m.first)]
-                                                                             [static_cast<std::size_t>(m.second)])]
-                                 .id);
-    }
-    for (const auto& l : plan.lost) report.lost.push_back(name(l));
-    lock.unlock();
-    std::string moved;
-    for (const auto& m : report.moved) moved += (moved.empty() ? "" : ", ") + m;
-    std::string lost;
-    for (const auto& l : report.lost) lost += (lost.empty() ? "" : ", ") + l;
-    swarmflow::log::warn("%s; placement epoch %u: %s%s%s", who.c_str(), epoch,
-                 moved.empty() ? "nothing to move" : moved.c_str(), lost.empty() ? "" : "; lost: ", lost.c_str());
-    run->record_failover(std::move(report), now, steady_now_ns());
-    // A stateful replica moved to a unit process starts from its latest
-    // snapshot, sent ahead of the plan on the same socket.
-    for (const auto& m : plan.moved) {
-      const int to = plan.unit_of[static_cast<std::size_t>(m.first)][static_cast<std::size_t>(m.second)];
-      if (local[static_cast<std::size_t>(to)]) continue;
-      if (auto snapshot = stored_snapshot(m.first, m.second)) {
-        control_server->send(run->spec.units[static_cast<std::size_t>(to)].id,
-                             runtime::encode_restore(epoch, m.first, m.second, *snapshot));
-      }
-    }
-    apply_placement(plan.unit_of, epoch);
-    broadcast([&] { return runtime::plan_message(*run); });
-    // Lost replicas never report; nothing else counts them as ended.
-    if (!plan.lost.empty()) run->replica_finished(static_cast<int>(plan.lost.size()));
-  }
-
-  /// A unit heard again after it was declared dead gets the plan in force
-  /// (where none of its old replicas are any more) and, once it is Ready for
-  /// that epoch, Go: from then on failover may place replicas on it.
-  void welcome_back(std::unique_lock<std::mutex>& lock) {
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (!cluster->rejoining[u]) continue;
-      const std::string& id = run->spec.units[u].id;
-      if (!cluster->plan_sent[u]) {
-        cluster->plan_sent[u] = true;
-        const std::uint32_t epoch = run->table()->epoch;
-        lock.unlock();
-        swarmflow::log::info("unit '%s' is back: it joins again without replicas (placement epoch %u)",
-                     id.c_str(), epoch);
-        control_server->send(id, runtime::plan_message(*run));
-        lock.lock();
-      } else if (cluster->ready[u]) {
-        cluster->rejoining[u] = false;
-        const std::uint32_t epoch = run->table()->epoch;
-        lock.unlock();
-        swarmflow::log::info("unit '%s' runs again: failover may place replicas on it", id.c_str());
-        control_server->send(id, runtime::simple_message<schema::Go>(schema::ControlBody::Go, epoch));
-        lock.lock();
-      }
-    }
-  }
-
-  /// This coordinator was started again while its units run on: it takes
-  /// the run over with the newest placement they report (UnitState). The
-  /// replicas of its own units died with the coordinator before it, so a
-  /// placement with any there cannot be taken over.
-  Status take_over() {
-    const bool all = wait_cluster(
-        [](runtime::ClusterView& v) {
-          for (std::size_t u = 0; u < v.remote.size(); ++u) {
-            if (v.remote[u] && !v.unit_state[u]) return false;
-          }
-          return true;
-        },
-        options.join_timeout_ms);
-    std::lock_guard<std::mutex> lock(cluster->mutex);
-    std::string missing;
-    const std::vector<std::vector<int>>* plan = nullptr;
-    std::uint32_t epoch = 0;
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (!cluster->remote[u]) continue;
-      const auto& state = cluster->unit_state[u];
-      if (!state) {
-        missing += (missing.empty() ? "" : ", ") + run->spec.units[u].id;
-      } else if (plan == nullptr || state->first > epoch) {
-        epoch = state->first;
-        plan = &state->second;
-      }
-    }
-    if (!all || plan == nullptr) {
-      return Status::error("the units run a pipeline already, but " + missing +
-                               " did not say by which placement: cannot take it over",
-                           StatusCode::unavailable);
-    }
-    for (std::size_t s = 0; s < plan->size(); ++s) {
-      for (std::size_t r = 0; r < (*plan)[s].size(); ++r) {
-        const int u = (*plan)[s][r];
-        if (u != runtime::kLostUnit && local[static_cast<std::size_t>(u)]) {
-          return Status::error("cannot take the running pipeline over: replica " + std::to_string(r) + " of stage '" +
-                                   run->spec.stages[s].id + "' ran on unit '" + run->spec.units[static_cast<std::size_t>(u)].id +
-                                   "' in the coordinator's process, and died with it",
-                               StatusCode::failed_precondition);
-        }
-      }
-    }
-    auto table = std::make_shared<runtime::RoutingTable>();
-    table->epoch = epoch;
-    table->unit_of = *plan;
-    run->publish(std::move(table));
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
-    }
-    swarmflow::log::info("coordinator at %s: takes over the running pipeline at placement epoch %u",
-                 run->spec.coordinator.c_str(), epoch);
-    return {};
-  }
-
   /// The snapshot a replica placed on a unit of this process starts from:
   /// the coordinator's latest, or the one it sent ahead of the plan.
-  std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica) {
+  std::shared_ptr<const runtime::ReplicaSnapshot> stored_snapshot(int node, int replica,
+                                                                  const placement::Snapshots* snapshots) {
     const std::pair<int, int> key{node, replica};
-    if (options.coordinator) {
-      if (!cluster) return nullptr;
-      std::lock_guard<std::mutex> lock(cluster->mutex);
-      const auto it = cluster->snapshots.find(key);
-      return it == cluster->snapshots.end() ? nullptr : it->second;
+    if (snapshots != nullptr) {
+      const auto it = snapshots->find(key);
+      return it == snapshots->end() ? nullptr : it->second;
     }
+    if (!unit_side) return nullptr;
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     const auto it = unit_side->restores.find(key);
     if (it == unit_side->restores.end()) return nullptr;
@@ -1381,7 +471,10 @@ struct Runtime::Impl {
   /// here anew are spawned, the table is published, and every other local
   /// host is told (it replays to moved consumers, drops duplicates of moved
   /// producers and counts lost ones as ended).
-  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) {
+  /// `snapshots`: the coordinator's (in its process), else those the
+  /// coordinator sent this unit process ahead of the plan.
+  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
+                       const placement::Snapshots* snapshots) {
     const auto before = run->table();
     if (epoch <= before->epoch) return;
     auto placed = std::make_shared<runtime::RoutingTable>();
@@ -1404,7 +497,7 @@ struct Runtime::Impl {
         } else if (before->unit(node.index, r) != u) {
           actors[static_cast<std::size_t>(r)] =
               runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r,
-                                        stored_snapshot(node.index, r), true);
+                                        stored_snapshot(node.index, r, snapshots), true);
           fresh.push_back(actors[static_cast<std::size_t>(r)]);
         }
       }
@@ -1484,11 +577,7 @@ struct Runtime::Impl {
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
       const std::string id = run->spec.units[u].id;
-      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        const auto plan = runtime::build_plan(fbb, *table);
-        return std::make_pair(schema::ControlBody::UnitState,
-                              schema::CreateUnitState(fbb, fbb.CreateString(id), plan, running).Union());
-      }));
+      run->transports[u]->send_control(runtime::unit_state_message(id, *table, running));
     }
   }
 
@@ -1505,13 +594,11 @@ struct Runtime::Impl {
       epoch = unit_side->epoch;
     }
     if (run->start_ns == 0) return;  // before the run: start() takes the plan up
-    apply_placement(std::move(plan), epoch);
+    apply_placement(std::move(plan), epoch, nullptr);
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
       const std::string id = run->spec.units[u].id;
-      run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
-      }));
+      run->transports[u]->send_control(runtime::ready_message(id, epoch));
     }
   }
 
@@ -1519,13 +606,6 @@ struct Runtime::Impl {
   bool unit_side_shutdown_first() {
     std::lock_guard<std::mutex> lock(unit_side->mutex);
     return unit_side->shutdown && !unit_side->coordinator_lost;
-  }
-
-  /// The first unit declared dead, as an error; ok while there is none.
-  Status lost_unit() {
-    std::lock_guard<std::mutex> lock(cluster->mutex);
-    if (cluster->lost.empty()) return {};
-    return Status::error(cluster->lost, StatusCode::unavailable);
   }
 
   Status coordinator_lost_before_start() const {
@@ -1562,7 +642,8 @@ struct Runtime::Impl {
 
   // -- hosts ------------------------------------------------------------------
 
-  void spawn_local_hosts() {
+  /// One actor system per unit hosted here.
+  void make_systems() {
     const std::size_t units = run->spec.units.size();
     caf_configs.resize(units);
     systems.resize(units);
@@ -1576,6 +657,10 @@ struct Runtime::Impl {
       caf_configs[u]->set("work-stealing.moderate-poll-attempts", std::size_t{0});
       systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
     }
+  }
+
+  void spawn_local_hosts() {
+    const std::size_t units = run->spec.units.size();
     auto placed = run->table();
     auto table = std::make_shared<runtime::RoutingTable>(*placed);
     table->actors.assign(run->graph.nodes.size(), {});
@@ -1596,8 +681,8 @@ struct Runtime::Impl {
     if (!options.coordinator) run->reset_replicas(here);
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
-      unit_actors.push_back(systems[u]->spawn(runtime::unit_actor, run, static_cast<int>(u),
-                                              thread_count(u), !options.coordinator));
+      unit_actors.push_back(runtime::spawn_unit_actor(*systems[u], run, static_cast<int>(u), thread_count(u),
+                                                     !options.coordinator));
     }
   }
 
@@ -1681,8 +766,10 @@ Status Runtime::start() {
   swarmflow::log::set_units(m.log_units());
   auto fail = [&](Status s) {
     m.stop_failure_watch();
+    m.stop_coordinator();
     m.stop_unit_actors();
     if (m.control_server) m.control_server->stop();
+    m.release_coordinator();
     m.stop_transports();
     m.kill_local_hosts();
     m.systems.clear();
@@ -1694,11 +781,13 @@ Status Runtime::start() {
     m.unit_side = std::make_shared<runtime::UnitSide>();
     m.unit_side->coordinator = std::make_unique<placement::FailureDetector>(m.run->spec.failure);
   }
+  m.make_systems();
   if (m.distributed && m.options.coordinator) {
     if (Status s = m.start_coordinator(); !s.ok()) return fail(s);
   }
   if (Status s = m.start_transports(); !s.ok()) return fail(s);
-  if (m.distributed) m.start_failure_watch();
+  // The coordinator actor checks its detectors itself.
+  if (m.distributed && !m.options.coordinator) m.start_failure_watch();
 
   bool takeover = false;  ///< the units are in a run already: this coordinator takes it over
   if (m.distributed && m.options.coordinator) {
@@ -1709,14 +798,12 @@ Status Runtime::start() {
     while (true) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      joined = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.joined) || !v.lost.empty(); },
-                              static_cast<int>(std::min<std::int64_t>(left.count(), kJoinLogEveryMs)));
+      const placement::AwaitStatus status =
+          placement::await(*m.coordinator_system, m.coordinator, placement::Await::joined,
+                           std::min<std::int64_t>(left.count(), kJoinLogEveryMs));
+      joined = status.met;
       if (joined) break;
-      std::string missing;
-      {
-        std::lock_guard<std::mutex> lock(m.cluster->mutex);
-        missing = m.cluster->missing(m.cluster->joined, m.run->spec);
-      }
+      const std::string& missing = status.missing;
       const auto still =
           std::chrono::duration_cast<std::chrono::milliseconds>(join_deadline - std::chrono::steady_clock::now());
       if (still.count() >= 500) {
@@ -1725,21 +812,20 @@ Status Runtime::start() {
                      static_cast<long long>((still.count() + 999) / 1000));
       }
     }
-    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
+    const placement::AwaitStatus status = placement::status(*m.coordinator_system, m.coordinator, placement::Await::joined);
+    if (!status.lost.empty()) return fail(Status::error(status.lost, StatusCode::unavailable));
     if (!joined) {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
       return fail(Status::error("units did not join within " + std::to_string(m.options.join_timeout_ms) +
-                                    " ms: " + m.cluster->missing(m.cluster->joined, m.run->spec),
+                                    " ms: " + status.missing,
                                 StatusCode::unavailable));
     }
-    {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
-      for (std::size_t u = 0; u < m.local.size(); ++u) {
-        takeover = takeover || (m.cluster->remote[u] && m.cluster->heard_epoch[u] > 0);
-      }
-    }
+    takeover = placement::units_in_a_run(*m.coordinator_system, m.coordinator);
     if (takeover) {
-      if (Status s = m.take_over(); !s.ok()) return fail(s);
+      // Every unit says by which placement it runs (UnitState); the newest
+      // is taken over.
+      placement::await(*m.coordinator_system, m.coordinator, placement::Await::unit_states,
+                       m.options.join_timeout_ms);
+      if (Status s = placement::take_over(*m.coordinator_system, m.coordinator); !s.ok()) return fail(s);
     } else {
       m.broadcast([&] { return runtime::plan_message(*m.run); });
     }
@@ -1767,24 +853,18 @@ Status Runtime::start() {
   m.spawn_local_hosts();
 
   if (m.distributed && m.options.coordinator && !takeover) {
-    const bool ready = m.wait_cluster([&](runtime::ClusterView& v) { return v.all(v.ready) || !v.lost.empty(); },
-                                      m.options.join_timeout_ms);
-    if (Status lost = m.lost_unit(); !lost.ok()) return fail(lost);
-    if (!ready) {
-      std::lock_guard<std::mutex> lock(m.cluster->mutex);
-      return fail(Status::error("units not ready: " + m.cluster->missing(m.cluster->ready, m.run->spec),
-                                StatusCode::unavailable));
-    }
-    m.broadcast([&] { return runtime::simple_message<schema::Go>(schema::ControlBody::Go, m.run->table()->epoch); });
+    const placement::AwaitStatus ready =
+        placement::await(*m.coordinator_system, m.coordinator, placement::Await::ready, m.options.join_timeout_ms);
+    if (!ready.lost.empty()) return fail(Status::error(ready.lost, StatusCode::unavailable));
+    if (!ready.met) return fail(Status::error("units not ready: " + ready.missing, StatusCode::unavailable));
+    m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Go, m.run->table()->epoch); });
   } else if (!m.options.coordinator) {
     for (std::size_t u = 0; u < m.local.size(); ++u) {
       if (!m.local[u]) continue;
       m.run->transports[u]->set_epoch(m.run->table()->epoch);
       const std::string id = m.run->spec.units[u].id;
       const std::uint32_t epoch = m.run->table()->epoch;
-      m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-        return std::make_pair(schema::ControlBody::Ready, schema::CreateReady(fbb, fbb.CreateString(id), epoch).Union());
-      }));
+      m.run->transports[u]->send_control(runtime::ready_message(id, epoch));
     }
     bool lost = false;
     const bool go = m.wait_unit_side(
@@ -1810,7 +890,7 @@ void Runtime::request_stop() {
   runtime::stop_local_sources(*m.run);
   if (m.distributed && m.options.coordinator) {
     m.broadcast([&] {
-      return runtime::simple_message<schema::StopSources>(schema::ControlBody::StopSources, m.run->table()->epoch);
+      return runtime::simple_message(schema::ControlBody::StopSources, m.run->table()->epoch);
     });
   }
 }
@@ -1840,10 +920,7 @@ Status Runtime::leave() {
     if (!m.local[u]) continue;
     const std::string id = m.run->spec.units[u].id;
     const std::uint32_t epoch = m.run->table()->epoch;
-    m.run->transports[u]->send_control(transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-      return std::make_pair(schema::ControlBody::Leaving,
-                            schema::CreateLeaving(fbb, fbb.CreateString(id), epoch).Union());
-    }));
+    m.run->transports[u]->send_control(runtime::leaving_message(id, epoch));
   }
   swarmflow::log::info("%s: leaving: the coordinator hands its replicas over to the other units",
                m.local_unit_names().c_str());
@@ -1900,25 +977,20 @@ Status Runtime::wait() {
       }
     }
   } else if (m.distributed) {
-    m.broadcast([&] { return runtime::simple_message<schema::Shutdown>(schema::ControlBody::Shutdown, m.run->table()->epoch); });
+    m.broadcast([&] { return runtime::simple_message(schema::ControlBody::Shutdown, m.run->table()->epoch); });
     if (m.run->aborted()) {
       // The units still alive send what they have; the report covers them.
-      m.wait_cluster(
-          [](runtime::ClusterView& v) {
-            for (std::size_t u = 0; u < v.remote.size(); ++u) {
-              if (v.remote[u] && !v.done[u] && !v.dead[u]) return false;
-            }
-            return true;
-          },
-          m.options.leave_timeout_ms);
+      placement::await(*m.coordinator_system, m.coordinator, placement::Await::done, m.options.leave_timeout_ms);
     }
   }
   m.stop_failure_watch();
+  m.stop_coordinator();
   m.final_report = m.report_now();
   // Hosts stay after their replica has left (for a failover); stop them all.
   m.kill_local_hosts();
   m.stop_unit_actors();
   if (m.control_server) m.control_server->stop();
+  m.release_coordinator();
   m.stop_transports();
   {
     // Let the hosts' actors go: a table without them.

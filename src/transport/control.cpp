@@ -36,12 +36,12 @@ void free_detached(void*, void* hint) { delete static_cast<flatbuffers::Detached
 }  // namespace
 
 struct ControlServer::Impl {
-  Impl(zmq::context_t& ctx, ControlServerConfig cfg, Handler h)
+  Impl(zmq::context_t& ctx, ControlServerConfig cfg, BytesHandler h)
       : context(ctx), config(std::move(cfg)), handler(std::move(h)), router(ctx, zmq::socket_type::router) {}
 
   zmq::context_t& context;
   ControlServerConfig config;
-  Handler handler;
+  BytesHandler handler;
   zmq::socket_t router;
   /// Counts and logs refused handshakes on a tcp (CURVE) router; declared
   /// after it, so it is destroyed first.
@@ -117,7 +117,8 @@ struct ControlServer::Impl {
         rejected.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      handler(std::string(static_cast<const char*>(parts[0].data()), parts[0].size()), *c);
+      handler(std::string(static_cast<const char*>(parts[0].data()), parts[0].size()), *c,
+              static_cast<const std::uint8_t*>(parts[1].data()), parts[1].size());
     }
   }
 
@@ -151,6 +152,13 @@ struct ControlServer::Impl {
 };
 
 ControlServer::ControlServer(zmq::context_t& context, ControlServerConfig config, Handler handler)
+    : ControlServer(context, std::move(config),
+                    BytesHandler([handler = std::move(handler)](const std::string& unit_id, const schema::Control& message,
+                                                                const std::uint8_t*, std::size_t) {
+                      handler(unit_id, message);
+                    })) {}
+
+ControlServer::ControlServer(zmq::context_t& context, ControlServerConfig config, BytesHandler handler)
     : impl_(std::make_unique<Impl>(context, std::move(config), std::move(handler))) {}
 
 ControlServer::~ControlServer() { stop(); }

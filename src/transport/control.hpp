@@ -62,7 +62,13 @@ class ControlServer {
   /// Called on the server thread with the sender's unit id and a verified message.
   using Handler = std::function<void(const std::string& unit_id, const schema::Control& message)>;
 
+  /// The same, with the bytes of the verified message as they arrived (for
+  /// a handler that hands them on to another thread).
+  using BytesHandler = std::function<void(const std::string& unit_id, const schema::Control& message,
+                                          const std::uint8_t* data, std::size_t size)>;
+
   ControlServer(zmq::context_t& context, ControlServerConfig config, Handler handler);
+  ControlServer(zmq::context_t& context, ControlServerConfig config, BytesHandler handler);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;

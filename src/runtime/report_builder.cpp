@@ -1,0 +1,125 @@
+#include "runtime/report_builder.hpp"
+
+#include <algorithm>
+
+#include "runtime/run_state.hpp"
+
+namespace swarmflow::runtime {
+
+RunReport build_report(const RunState& run) {
+  const auto table = run.table();
+  RunReport r;
+  r.pipeline = run.spec.name;
+  r.ok = run.ok();
+  r.error = run.error();
+  r.finished = run.finished();
+  const std::int64_t end = r.finished ? run.end_ns.load() : steady_now_ns();
+  const std::int64_t start = run.start_ns.load();
+  r.duration_s = start > 0 ? static_cast<double>(end - start) / 1e9 : 0.0;
+  const graph::Graph& g = run.graph;
+  for (const auto& node : g.nodes) {
+    StageReport s;
+    s.id = node.decl->id;
+    s.type = node.decl->type;
+    s.replicas = node.decl->replicas;
+    s.sink = node.out_edges.empty();
+    metrics::LatencyHistogram latency;
+    for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
+      s.processed += stats->processed.load(std::memory_order_relaxed);
+      s.errors += stats->errors.load(std::memory_order_relaxed);
+      s.restarts += stats->restarts.load(std::memory_order_relaxed);
+      s.dead_letters += stats->dead_letters.load(std::memory_order_relaxed);
+      s.queued += stats->queued.load(std::memory_order_relaxed);
+      s.queue_peak = std::max<std::uint64_t>(s.queue_peak, stats->queue_peak.load(std::memory_order_relaxed));
+      for (const auto& [name, value] : stats->counters()) s.counters[name] += value;
+      latency.merge(stats->latency());
+    }
+    s.latency = latency.summary();
+    for (double bound : kServiceBucketsS) {
+      s.latency_le.push_back(latency.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
+    }
+    s.latency_sum_s = latency.sum_ns() / 1e9;
+    r.stages.push_back(std::move(s));
+  }
+  for (const auto& edge : g.edges) {
+    EdgeReport e;
+    e.from = g.from_name(edge);
+    e.to = g.to_name(edge);
+    e.overflow = config::to_string(edge.overflow);
+    for (const auto& side : run.edge_out[static_cast<std::size_t>(edge.id)]) {
+      e.sent += side->sent.load(std::memory_order_relaxed);
+      e.dropped += side->dropped.load(std::memory_order_relaxed);
+      e.too_large += side->too_large.load(std::memory_order_relaxed);
+      e.waiting += side->waiting.load(std::memory_order_relaxed);
+      e.peak_in_flight = std::max<std::uint64_t>(e.peak_in_flight, side->peak_in_flight.load(std::memory_order_relaxed));
+      e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
+      e.replayed += side->replayed.load(std::memory_order_relaxed);
+    }
+    for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
+      e.delivered += side->delivered.load(std::memory_order_relaxed);
+      e.refused += side->refused.load(std::memory_order_relaxed);
+    }
+    e.dropped += e.refused;
+    r.edges.push_back(std::move(e));
+  }
+  for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
+    UnitReport unit;
+    unit.id = run.spec.units[u].id;
+    unit.replicas = table->replicas_on(static_cast<int>(u));
+    const UnitLoad load = run.load(static_cast<int>(u));
+    unit.load_reports = load.reports;
+    unit.utilisation = load.utilisation;
+    if (u < run.transports.size() && run.transports[u]) {
+      const auto& c = run.transports[u]->counters();
+      unit.sent = c.sent.load();
+      unit.received = c.received.load();
+      unit.rejected = c.rejected_total();
+      unit.unknown_peer = c.unknown_peer.load();
+      unit.send_failed = c.send_failed.load();
+      unit.refused_handshakes = c.auth_refused.load();
+      for (std::size_t i = 1; i < c.rejected.size(); ++i) {
+        const auto n = c.rejected[i].load();
+        if (n > 0) unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = n;
+      }
+    } else if (auto remote = run.remote_transport(static_cast<int>(u))) {
+      unit.sent = remote->sent;
+      unit.received = remote->received;
+      unit.unknown_peer = remote->unknown_peer;
+      unit.send_failed = remote->send_failed;
+      unit.refused_handshakes = remote->refused_handshakes;
+      for (std::size_t i = 1; i < remote->rejected.size(); ++i) {
+        unit.rejected += remote->rejected[i];
+        if (remote->rejected[i] > 0) {
+          unit.rejected_by_reason[transport::to_string(static_cast<transport::Rejection>(i))] = remote->rejected[i];
+        }
+      }
+    }
+    r.units.push_back(std::move(unit));
+  }
+  for (const auto& node : g.nodes) {
+    const auto n = static_cast<std::size_t>(node.index);
+    for (std::size_t i = 0; i < run.replica_stats[n].size(); ++i) {
+      const ReplicaStats& stats = *run.replica_stats[n][i];
+      ReplicaReport rr;
+      rr.stage = node.decl->id;
+      rr.replica = static_cast<int>(i);
+      const int u = table->unit(node.index, static_cast<int>(i));
+      if (u >= 0 && static_cast<std::size_t>(u) < run.spec.units.size()) rr.unit = run.spec.units[static_cast<std::size_t>(u)].id;
+      rr.processed = stats.processed.load(std::memory_order_relaxed);
+      rr.errors = stats.errors.load(std::memory_order_relaxed);
+      rr.restarts = stats.restarts.load(std::memory_order_relaxed);
+      rr.dead_letters = stats.dead_letters.load(std::memory_order_relaxed);
+      rr.queued = stats.queued.load(std::memory_order_relaxed);
+      for (const auto& b : stats.service_buckets) rr.service_buckets.push_back(b.load(std::memory_order_relaxed));
+      rr.service_sum_s = static_cast<double>(stats.service_sum_ns.load(std::memory_order_relaxed)) / 1e9;
+      r.replicas.push_back(std::move(rr));
+    }
+  }
+  r.failovers = run.failovers();
+  return r;
+}
+
+/// Hands verified inbound messages to the local replicas they are for. It
+/// lives on one unit's transport thread: envelopes received in one burst go
+
+}  // namespace swarmflow::runtime
