@@ -105,6 +105,7 @@ class DefectDetector final : public Stage {
   std::atomic<std::int64_t>* defects_found_ = nullptr;
   std::atomic<std::int64_t>* no_plate_ = nullptr;
   std::atomic<std::int64_t>* bad_frames_ = nullptr;
+  std::atomic<std::int64_t>* cannot_inspect_ = nullptr;
 };
 
 }  // namespace swarmflow::inspection

@@ -200,6 +200,9 @@ void vary_defect(DefectShape& d, const SyntheticPartsConfig& cfg, Rng& rng) {
     }
     if (rng.chance(cfg.two_tone)) {
       d.two_tone = true;
+      // Each wall at least 0.1 mm wide: a narrower groove's walls would
+      // share a pixel at 0.1 mm/px and cancel out.
+      d.width_mm = std::max(d.width_mm, 0.2);
       // The wall that faces the light is bright, the other dark.
       d.bright_wall = std::abs(d.contrast) * rng.uniform(0.6, 1.0);
       d.contrast = -std::abs(d.contrast);
@@ -456,7 +459,7 @@ struct FramePlan {
 
 /// Up to `cfg.glints` glints on the plate, per camera (a glint depends on
 /// where the camera looks from), kept 3 mm from the plate's edges, 2.5 mm
-/// from holes and 2 mm from defects, halo included.
+/// from holes and 2 mm from defects, halo (3 sigma) included.
 std::vector<GlintSpot> plan_glints(const SyntheticPartsConfig& cfg, std::uint64_t index, const PartPlan& plan,
                                    const Placement& pl) {
   std::vector<GlintSpot> out;
@@ -470,8 +473,10 @@ std::vector<GlintSpot> plan_glints(const SyntheticPartsConfig& cfg, std::uint64_
   }
   for (int i = 0; i < count; ++i) {
     for (int attempt = 0; attempt < 40; ++attempt) {
-      const double core = rng.uniform(0.3, 1.0), halo = rng.uniform(1.0, 2.5), peak = rng.uniform(150.0, 230.0);
-      const double reach = core + 2 * halo;
+      // Specular light outshines the diffuse: the core saturates however dim
+      // the lighting is there.
+      const double core = rng.uniform(0.3, 1.0), halo = rng.uniform(1.0, 2.5), peak = rng.uniform(260.0, 400.0);
+      const double reach = core + 3 * halo;  // where the halo has faded to 1 % of its peak
       const cv::Point2d c(rng.uniform(-plan.width_mm / 2, plan.width_mm / 2),
                           rng.uniform(-plan.height_mm / 2, plan.height_mm / 2));
       if (std::abs(c.x) > plan.width_mm / 2 - kEdgeMarginMm - reach ||
@@ -793,11 +798,14 @@ SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), p
     // plain camera's lighting is unchanged).
     const double sdir = rng.uniform(0, 2 * kPi);
     const double sx = config_.side_light * std::cos(sdir), sy = config_.side_light * std::sin(sdir);
+    // Side light dims the far side rather than brightening the near one: the
+    // exposure is set for the brightest metal, as on a line.
+    const double side_dim = std::exp(-config_.side_light);
     std::vector<double> lx(static_cast<std::size_t>(w)), ly(static_cast<std::size_t>(h));
     for (int x = 0; x < w; ++x) {
       const double dx = (x - vx) / half_diag;
       lx[static_cast<std::size_t>(x)] =
-          level * std::exp((gmag * std::cos(gdir) + sx) * (x - w / 2.0) / half_diag - k * dx * dx);
+          level * side_dim * std::exp((gmag * std::cos(gdir) + sx) * (x - w / 2.0) / half_diag - k * dx * dx);
     }
     for (int y = 0; y < h; ++y) {
       const double dy = (y - vy) / half_diag;
