@@ -86,8 +86,14 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   frames_seen_->fetch_add(1, std::memory_order_relaxed);
 
   const DefectFinding finding = find_defects(grey, params_);
-  if (!finding.plate.found) no_plate_->fetch_add(1, std::memory_order_relaxed);
-  if (!finding.cannot_inspect.empty()) cannot_inspect_->fetch_add(1, std::memory_order_relaxed);
+  std::string not_inspected = finding.cannot_inspect;
+  if (!finding.plate.found) {
+    // No plate is no verdict either: an empty belt, or a plate the belt
+    // hides, must not pass as a part without defects.
+    no_plate_->fetch_add(1, std::memory_order_relaxed);
+    not_inspected = "no plate found (no part in view, or too little contrast against the belt)";
+  }
+  if (!not_inspected.empty()) cannot_inspect_->fetch_add(1, std::memory_order_relaxed);
 
   EnvelopeHeader header = envelope->header();
   int station = -1;
@@ -110,7 +116,7 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   if (frame->camera_id() != nullptr) camera = fbb.CreateString(frame->camera_id());
   if (frame->ground_truth() != nullptr) truth = fbb.CreateString(frame->ground_truth());
   flatbuffers::Offset<flatbuffers::String> reason;
-  if (!finding.cannot_inspect.empty()) reason = fbb.CreateString(finding.cannot_inspect);
+  if (!not_inspected.empty()) reason = fbb.CreateString(not_inspected);
   const auto defect_vector = fbb.CreateVector(defects);
   schema::VisionResultsBuilder b(fbb);
   if (!camera.IsNull()) b.add_camera_id(camera);

@@ -48,7 +48,14 @@
 ///   drawing_tolerance_mm 3.0   [0, 100]     how far the plate's size may be from a drawing's
 ///   min_score            0.0   [0, 1]       drop findings less confident than this
 /// Counters: `frames`, `defects`, `no_plate` (frames where no plate was
-/// found), `bad_frames` (malformed frames, which fail the step).
+/// found), `bad_frames` (malformed frames, which fail the step),
+/// `cannot_inspect` (frames given no verdict).
+///
+/// Cannot inspect: a frame whose plate is not found, whose metal/belt
+/// reflectance ratio is below 1.25, or where glints leave more than
+/// `max_glare_fraction` of the surface out, gets `cannot_inspect` set to the
+/// reason and no defects. It is no verdict: inspection.batch_quality counts
+/// it as not inspected, never as passed.
 ///
 /// Assumptions: one bright, matte-to-brushed metal plate per frame on a darker
 /// background (a conveyor belt), wholly in view, long side within 45 degrees

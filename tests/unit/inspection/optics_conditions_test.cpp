@@ -245,6 +245,68 @@ TEST_P(OpticsCondition, MeetsTheTargets) {
   EXPECT_EQ(o.wrong_verdicts, 0);
 }
 
+/// Outside the supported range every frame and part is either inspected
+/// right or flagged, never judged wrong: flagged results carry no defects and
+/// no measurements.
+Outcome run_outside(const std::function<void(video::SyntheticPartsConfig&)>& apply, int parts) {
+  const Condition condition{"outside", apply};
+  Outcome o;
+  auto detect = started("inspection.defects", 0.1);
+  auto measure = started("inspection.measure", 0.1);
+  const video::SyntheticParts cam0(camera_config(condition, 71, 0));
+  const video::SyntheticParts cam1(camera_config(condition, 71, 1));
+  for (int i = 0; i < parts; ++i) {
+    video::PartTruth truth[2];
+    const Envelope frames[2] = {render_frame(cam0, static_cast<std::uint64_t>(i), true, &truth[0]),
+                                render_frame(cam1, static_cast<std::uint64_t>(i), true, &truth[1])};
+    for (int cam = 0; cam < 2; ++cam) {
+      EXPECT_TRUE(detect->feed("frames", frames[cam]).ok());
+      const auto* r = detect->output("results").back().as<schema::VisionResults>();
+      ++o.frames;
+      if (r->cannot_inspect() != nullptr && r->cannot_inspect()->size() > 0) {
+        ++o.frames_not_inspected;
+        EXPECT_EQ(r->defects()->size(), 0U) << "a flagged frame gives no defects";
+        continue;
+      }
+      inspection_test::tally(*r, truth[cam], &o.tallies);
+    }
+    Status s;
+    const auto out = step_joined(*measure, &frames[0], &frames[1], false, &s);
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (out.size() != 1) continue;
+    const auto* r = out[0].as<schema::VisionResults>();
+    if (r->cannot_inspect() != nullptr && r->cannot_inspect()->size() > 0) {
+      ++o.parts_not_inspected;
+      EXPECT_TRUE(r->measurements() == nullptr || r->measurements()->size() == 0);
+      continue;
+    }
+    judge_sizes(*r, truth[0], &o);
+  }
+  return o;
+}
+
+TEST(OpticsOutsideTheRange, BeltAsLightAsTheMetalIsFlaggedNeverJudged) {
+  // A belt of grey 150 against metal of 150-178: a reflectance ratio of
+  // 1.19 at most, below the 1.25 the outline needs.
+  const Outcome o = run_outside([](video::SyntheticPartsConfig& c) { c.belt_level = 150; }, 6);
+  std::printf("[optics] belt at 150: frames %d, flagged %d; parts flagged %d\n", o.frames, o.frames_not_inspected,
+              o.parts_not_inspected);
+  EXPECT_EQ(o.frames_not_inspected, o.frames);
+  EXPECT_EQ(o.parts_not_inspected, 6);
+}
+
+TEST(OpticsOutsideTheRange, GlareOverMuchOfThePartIsFlaggedNeverJudged) {
+  // Up to 8 glints a part: where they leave more than 15 % of the surface
+  // out, the frame is flagged; the others are inspected as usual.
+  const Outcome o = run_outside([](video::SyntheticPartsConfig& c) { c.glints = 8; }, 8);
+  std::printf("[optics] up to 8 glints: frames %d, flagged %d\n", o.frames, o.frames_not_inspected);
+  EXPECT_GT(o.frames_not_inspected, 0);
+  EXPECT_LT(o.frames_not_inspected, o.frames);
+  for (const auto& [cls, t] : o.tallies) EXPECT_GE(t.precision(), 0.95) << cls;
+  EXPECT_LE(o.size_error_max, 0.1);
+  EXPECT_EQ(o.wrong_verdicts, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Inspection, OpticsCondition, ::testing::Range<std::size_t>(0, conditions().size()),
                          [](const ::testing::TestParamInfo<std::size_t>& info) {
                            return std::string(conditions()[info.param].name);
