@@ -421,8 +421,8 @@ cv::Mat masked_mean(const cv::Mat& small, const cv::Mat& weight, int window, con
 
 /// 1.4826 x the median of |values| over `mask` (every `step`-th pixel), or 0.
 float robust_sigma(const cv::Mat& values, const cv::Mat& mask, int step) {
-  std::vector<float> spread;
-  spread.reserve(values.total() / static_cast<std::size_t>(step * step) + 1);
+  thread_local std::vector<float> spread;  // reused: no allocation per frame
+  spread.clear();
   for (int y = 0; y < values.rows; y += step) {
     const auto* m = mask.ptr<std::uint8_t>(y);
     const auto* r = values.ptr<float>(y);
@@ -656,19 +656,44 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
   // interpolated: where vignetting or side light dims the plate, the sensor
   // noise is a larger part of the signal, and a single sigma for the whole
   // plate would read it as defects.
-  const float sigma = robust_sigma(residual, mask, 3);
-  if (sigma <= 0) return out;
-  out.noise_sigma = sigma;
+  // One pass collects |residual| tile by tile (every other pixel); each
+  // tile's median, then the whole plate's, come from the same samples.
   cv::Mat sigma_map;
+  float sigma = 0;
   {
     const int tile = std::max(32, static_cast<int>(std::lround(p.noise_tile_mm * px_per_mm)));
     const int tx = std::max(1, roi.width / tile), ty = std::max(1, roi.height / tile);
-    cv::Mat tiles(ty, tx, CV_32F);
+    thread_local std::vector<float> samples;
+    samples.clear();
+    std::vector<float> local(static_cast<std::size_t>(tx * ty), 0.0F);
     for (int j = 0; j < ty; ++j) {
       for (int i = 0; i < tx; ++i) {
         const cv::Rect cell(i * roi.width / tx, j * roi.height / ty, roi.width / tx, roi.height / ty);
-        const float local = robust_sigma(residual(cell), mask(cell), 2);
-        tiles.at<float>(j, i) = local > 0 ? std::clamp(local, 0.7F * sigma, 3.0F * sigma) : sigma;
+        const std::size_t first = samples.size();
+        for (int y = cell.y; y < cell.y + cell.height; y += 2) {
+          const auto* m = mask.ptr<std::uint8_t>(y);
+          const auto* r = residual.ptr<float>(y);
+          for (int x = cell.x; x < cell.x + cell.width; x += 2) {
+            if (m[x] != 0) samples.push_back(std::abs(r[x]));
+          }
+        }
+        const std::size_t n = samples.size() - first;
+        if (n < 50) continue;
+        const auto begin = samples.begin() + static_cast<std::ptrdiff_t>(first);
+        std::nth_element(begin, begin + static_cast<std::ptrdiff_t>(n / 2), samples.end());
+        local[static_cast<std::size_t>(j * tx + i)] = 1.4826F * *(begin + static_cast<std::ptrdiff_t>(n / 2));
+      }
+    }
+    if (samples.size() < 50) return out;
+    std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
+                     samples.end());
+    sigma = std::max(1.4826F * samples[samples.size() / 2], 0.05F);
+    out.noise_sigma = sigma;
+    cv::Mat tiles(ty, tx, CV_32F);
+    for (int j = 0; j < ty; ++j) {
+      for (int i = 0; i < tx; ++i) {
+        const float l = local[static_cast<std::size_t>(j * tx + i)];
+        tiles.at<float>(j, i) = l > 0 ? std::clamp(l, 0.7F * sigma, 3.0F * sigma) : sigma;
       }
     }
     cv::resize(tiles, sigma_map, roi.size(), 0, 0, cv::INTER_LINEAR);
