@@ -51,6 +51,7 @@ std::string reason_kind(const std::string& reason) {
   if (reason.find("belt too close") != std::string::npos) return "belt/metal contrast";
   if (reason.find("glare") != std::string::npos) return "specular glare";
   if (reason.find("no plate") != std::string::npos) return "no plate found";
+  if (reason.find("uneven") != std::string::npos) return "uneven lighting";
   return "other";
 }
 

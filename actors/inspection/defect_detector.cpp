@@ -51,6 +51,9 @@ void DefectDetector::setup(StageSpec& s) {
           d.saturation_level, {1.0, 255.0});
   s.param(p.glint_margin_mm, "glint_margin_mm", "margin left out around a glint and its halo, mm",
           d.glint_margin_mm, {0.0, 50.0});
+  s.param(p.min_light_evenness, "min_light_evenness",
+          "lighting over the plate, dimmest over brightest, below which the frame cannot be inspected",
+          d.min_light_evenness, {0.0, 1.0});
   s.param(p.max_glare_fraction, "max_glare_fraction",
           "more of the surface left out for glints than this and the frame cannot be inspected", d.max_glare_fraction,
           {0.0, 1.0});

@@ -488,6 +488,14 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
     out.cannot_inspect = out.plate.cannot_inspect;
     return out;
   }
+  if (out.plate.light_evenness < p.min_light_evenness) {
+    // Where the plate is that dim, faint defects sink into the sensor noise.
+    char reason[160];
+    std::snprintf(reason, sizeof reason, "lighting too uneven: the dimmest part of the plate gets %.0f %% of the "
+                  "light of the brightest (limit %.0f %%)", 100 * out.plate.light_evenness, 100 * p.min_light_evenness);
+    out.cannot_inspect = reason;
+    return out;
+  }
   const PlateView& plate = out.plate;
   cv::Rect roi = plate.bounds & cv::Rect(0, 0, grey.cols, grey.rows);
   // Whole multiples of kReduce make the reduction an exact box average (the

@@ -82,6 +82,7 @@ struct DefectFinderParams {
   double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
   double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide
   double glint_margin_mm = 1.0;       ///< margin around a glint and its halo left out
+  double min_light_evenness = 0.15;   ///< lighting over the plate, dimmest / brightest, below which: cannot inspect
   double max_glare_fraction = 0.15;   ///< more of the surface left out for glints than this: cannot inspect
   bool check_holes = true;            ///< look for missing holes (needs a known drawing)
   double drawing_tolerance_mm = 3.0;  ///< how far the plate's size may be from a drawing's

@@ -436,6 +436,14 @@ PlateView find_plate(const cv::Mat& grey, double min_hole_diameter_px) {
   view.centre = rect.center;
   view.bounds = cv::boundingRect(outline);
   view.found = true;
+  if (!view.threshold_map.empty()) {
+    const cv::Rect box = cv::Rect(view.bounds.x / factor, view.bounds.y / factor, view.bounds.width / factor + 1,
+                                  view.bounds.height / factor + 1) &
+                         cv::Rect(0, 0, view.threshold_map.cols, view.threshold_map.rows);
+    double lo = 0, hi = 0;
+    if (box.area() > 0) cv::minMaxLoc(view.threshold_map(box), &lo, &hi);
+    view.light_evenness = hi > 0 ? lo / hi : 1;
+  }
   if (view.contrast_ratio < kMinContrastRatio) {
     char reason[160];
     std::snprintf(reason, sizeof reason,

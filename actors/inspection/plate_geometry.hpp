@@ -36,6 +36,9 @@ struct PlateView {
   int threshold_scale = 1;
   /// Metal over belt reflectance, the lighting factored out (1 = no contrast).
   double contrast_ratio = 0;
+  /// The fitted lighting over the plate's bounding box: dimmest over
+  /// brightest (1 = even).
+  double light_evenness = 1;
   /// Why the plate, though found, must not be judged (empty = it may be):
   /// too little contrast between metal and belt for a reliable outline.
   std::string cannot_inspect;

@@ -307,6 +307,22 @@ TEST(OpticsOutsideTheRange, GlareOverMuchOfThePartIsFlaggedNeverJudged) {
   EXPECT_EQ(o.wrong_verdicts, 0);
 }
 
+TEST(OpticsOutsideTheRange, LightTooUnevenIsFlaggedNeverJudged) {
+  // Side light and vignetting that leave part of the plate with less than
+  // 15 % of the light of its brightest part.
+  const Outcome o = run_outside(
+      [](video::SyntheticPartsConfig& c) {
+        c.side_light = 1.5;
+        c.vignette = 2.0;
+      },
+      6);
+  std::printf("[optics] side light 1.5, vignette 2: frames %d, flagged %d; parts measured %d\n", o.frames,
+              o.frames_not_inspected, 6 - o.parts_not_inspected);
+  EXPECT_GT(o.frames_not_inspected, o.frames / 2);
+  for (const auto& [cls, t] : o.tallies) EXPECT_GE(t.precision(), 0.95) << cls;
+  EXPECT_EQ(o.wrong_verdicts, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Inspection, OpticsCondition, ::testing::Range<std::size_t>(0, conditions().size()),
                          [](const ::testing::TestParamInfo<std::size_t>& info) {
                            return std::string(conditions()[info.param].name);
@@ -385,9 +401,9 @@ TEST(OpticsConditionTuning, DISABLED_Plate) {
   const cv::Mat grey = cv::imread(path, cv::IMREAD_GRAYSCALE);
   ASSERT_FALSE(grey.empty());
   const auto view = ::swarmflow::inspection::find_plate(grey, 40);
-  std::printf("found %d centre %.1f,%.1f size %.1f x %.1f angle %.2f threshold %.1f ratio %.3f holes %zu %s\n",
+  std::printf("found %d centre %.1f,%.1f size %.1f x %.1f angle %.2f threshold %.1f ratio %.3f evenness %.3f holes %zu %s\n",
               view.found, view.centre.x, view.centre.y, view.width_px, view.height_px, view.angle_rad * 57.3,
-              view.threshold, view.contrast_ratio, view.holes.size(), view.cannot_inspect.c_str());
+              view.threshold, view.contrast_ratio, view.light_evenness, view.holes.size(), view.cannot_inspect.c_str());
   const auto gauge = ::swarmflow::inspection::gauge_plate(grey, view);
   std::printf("gauge %d %.2f x %.2f rms %.3f\n", gauge.ok, gauge.width_px, gauge.height_px, gauge.edge_rms_px);
   if (!view.threshold_map.empty()) {
