@@ -53,7 +53,7 @@ void DimensionGauge::setup(StageSpec& s) {
   a_ = s.input<schema::Frame>("a", "frames of the station's first camera");
   b_ = s.input<schema::Frame>("b", "frames of the station's second camera");
   results_ = s.output<schema::VisionResults>("results", "outer size and hole diameters of each part, in mm");
-  s.param(mm_per_px_, "mm_per_px", "scale at the plate, mm per pixel (calibration of both cameras)", 0.1,
+  s.param(mm_per_px_, "mm_per_px", "scale at the plate, mm per pixel, of camera a (and of camera b unless it has its own)", 0.1,
           {0.005, 10.0});
   s.param(calibration_, "calibration",
           "calibration file (swarmflow calibrate) whose mm_per_px is used instead of mm_per_px; empty = none", "");
