@@ -20,8 +20,14 @@
 //                stages' start (the camera precomputes its textures, 50-200 ms);
 //                for plain, the same: camera construction + start + N frames.
 //   steady       from the first result to the last, / (N - 1): start-up left out.
+//
+// With --undistort the camera has radial lens distortion (--k1, default
+// -0.01) and both sides put vision.undistort in front of the detector, with a
+// calibration file written for the synthetic lens. The plain loop also
+// reports the detector's own time per frame and the undistortion's.
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +50,8 @@
 #include "inspection/inspection.hpp"
 #include "video/video.hpp"
 #include "video/synthetic_parts.hpp"
+#include "vision/camera_calibration.hpp"
+#include "vision/vision_stages.hpp"
 
 #include "bench_args.hpp"
 
@@ -62,6 +70,9 @@ struct Options {
   std::string json_path;  ///< write the results as JSON here when set
   std::string only;       ///< "plain" or "swarmflow": run one side only (for profiling)
   int cv_threads = -1;    ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
+  bool undistort = false; ///< vision.undistort before the detector
+  double k1 = -0.01;      ///< the camera's lens distortion with --undistort
+  std::string calibration_path = "/tmp/swarmflow_bench_inspection_calibration.yaml";
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -74,6 +85,9 @@ bool parse(int argc, char** argv, Options& o) {
                    "1 = every OpenCV call on its caller's thread)"),
       text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
       text_flag("--only", "SIDE", o.only, "run only `plain` or only `swarmflow` (to profile one side)"),
+      switch_flag("--undistort", o.undistort,
+                  "lens distortion on the camera (--k1) and vision.undistort before the detector, both sides"),
+      number_flag("--k1", "K", o.k1, "the camera's radial distortion with --undistort (default -0.01, 1 % barrel)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (!o.only.empty() && o.only != "plain" && o.only != "swarmflow") {
@@ -91,6 +105,10 @@ bool parse(int argc, char** argv, Options& o) {
 
 struct RunResult {
   bool ok = false;
+  double detect_seconds = 0;     ///< plain only: inside the detector's process()
+  double detect_cpu_seconds = 0; ///< plain only: CPU time of the calling thread inside process()
+  double undistort_cpu_seconds = 0;
+  double undistort_seconds = 0;  ///< plain only: inside vision.undistort's process()
   double seconds = 0;         ///< whole run (start included)
   double steady_seconds = 0;  ///< first result to last result
   double cpu_seconds = 0;     ///< CPU time of the whole process (all threads) over the whole run
@@ -112,6 +130,14 @@ double overhead_pct(double ms, double plain_ms) { return plain_ms > 0 ? (ms - pl
 double process_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+/// CPU time of the calling thread, in seconds (with --cv-threads 1 all of
+/// a stage's work runs there).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
@@ -165,6 +191,25 @@ swarmflow::Envelope make_frame(const swarmflow::video::SyntheticParts& camera, s
   return swarmflow::Envelope(header, swarmflow::Payload::from_builder(fbb));
 }
 
+/// A calibration file for the synthetic lens of `k1` at 1080p, 0.1 mm/px:
+/// the pinhole camera and one radial term, in OpenCV's terms.
+bool write_lens_calibration(const Options& o) {
+  swarmflow::vision::Calibration c;
+  c.image_size = cv::Size(kWidth, kHeight);
+  const double f = swarmflow::video::kWorkingDistanceMm / 0.1;
+  const double half_diagonal = std::hypot(kWidth, kHeight) / 2;
+  c.camera_matrix = (cv::Mat_<double>(3, 3) << f, 0, (kWidth - 1) / 2.0, 0, f, (kHeight - 1) / 2.0, 0, 0, 1);
+  c.distortion = (cv::Mat_<double>(1, 5) << o.k1 * (f / half_diagonal) * (f / half_diagonal), 0, 0, 0, 0);
+  c.mm_per_px = 0.1;
+  c.views_used = c.views_seen = 1;
+  std::string error;
+  if (!swarmflow::vision::write_calibration(o.calibration_path, c, &error)) {
+    std::fprintf(stderr, "cannot write %s: %s\n", o.calibration_path.c_str(), error.c_str());
+    return false;
+  }
+  return true;
+}
+
 RunResult run_plain(const Options& o) {
   RunResult r;
   const double cpu0 = process_cpu_s();
@@ -175,7 +220,20 @@ RunResult run_plain(const Options& o) {
   config.height = kHeight;
   config.station = 0;
   config.camera = 0;
+  if (o.undistort) config.k1 = o.k1;
   const swarmflow::video::SyntheticParts camera(config);
+  swarmflow::vision::Undistort undistort;
+  swarmflow::StageSpec undistort_spec;
+  PlainContext undistort_ctx;
+  if (o.undistort) {
+    undistort.setup(undistort_spec);
+    swarmflow::Status u = undistort_spec.set("calibration", o.calibration_path);
+    if (u.ok()) u = undistort.start(undistort_ctx);
+    if (!u.ok()) {
+      r.problem = "vision.undistort: " + u.message();
+      return r;
+    }
+  }
   swarmflow::inspection::DefectDetector detector;
   swarmflow::StageSpec spec;
   detector.setup(spec);  // parameters keep their defaults, as in the pipeline
@@ -190,12 +248,32 @@ RunResult run_plain(const Options& o) {
   std::int64_t first_ns = 0;
   std::int64_t defects = 0;
   for (std::int64_t i = 0; i < o.n; ++i) {
-    const swarmflow::Envelope frame = make_frame(camera, static_cast<std::uint64_t>(i), camera_id);
+    swarmflow::Envelope frame = make_frame(camera, static_cast<std::uint64_t>(i), camera_id);
+    if (o.undistort) {
+      swarmflow::Inputs uin;
+      uin.reset(undistort_spec.input_index("frames"), &frame);
+      swarmflow::Outputs uout;
+      uout.reset(frame.header());
+      const std::int64_t u0 = swarmflow::steady_now_ns();
+      const double uc0 = thread_cpu_s();
+      s = undistort.process(uin, uout, undistort_ctx);
+      r.undistort_cpu_seconds += thread_cpu_s() - uc0;
+      r.undistort_seconds += static_cast<double>(swarmflow::steady_now_ns() - u0) / 1e9;
+      if (!s.ok() || uout.items().size() != 1) {
+        r.problem = "vision.undistort, frame " + std::to_string(i) + ": " + s.message();
+        return r;
+      }
+      frame = uout.items()[0].envelope;
+    }
     swarmflow::Inputs in;
     in.reset(frames_port, &frame);
     swarmflow::Outputs out;
     out.reset(frame.header());
+    const std::int64_t d0 = swarmflow::steady_now_ns();
+    const double dc0 = thread_cpu_s();
     s = detector.process(in, out, ctx);
+    r.detect_cpu_seconds += thread_cpu_s() - dc0;
+    r.detect_seconds += static_cast<double>(swarmflow::steady_now_ns() - d0) / 1e9;
     if (!s.ok()) {
       r.problem = "frame " + std::to_string(i) + ": " + s.message();
       return r;
@@ -249,16 +327,26 @@ class ResultCounter final : public swarmflow::Stage {
 };
 
 std::string pipeline_yaml(const Options& o) {
+  char k1[32];
+  std::snprintf(k1, sizeof k1, "%g", o.undistort ? o.k1 : 0.0);
+  const std::string undistort =
+      o.undistort ? "  - id: flat\n"
+                    "    type: vision.undistort\n"
+                    "    inputs: {frames: camera/frames}\n"
+                    "    queue: {capacity: 4, overflow: block}\n"
+                    "    params: {calibration: \"" + o.calibration_path + "\"}\n"
+                  : std::string();
   return "pipeline: bench_inspection\n"
          "units: 1\n"
          "stages:\n"
          "  - id: camera\n"
          "    type: video.source\n"
-         "    params: {uri: \"synthetic://parts?seed=7&camera=0\", width: " + std::to_string(kWidth) +
-         ", height: " + std::to_string(kHeight) + ", fps: 0, count: " + std::to_string(o.n) + "}\n"
+         "    params: {uri: \"synthetic://parts?seed=7&camera=0&k1=" + std::string(k1) + "\", width: " +
+         std::to_string(kWidth) + ", height: " + std::to_string(kHeight) + ", fps: 0, count: " +
+         std::to_string(o.n) + "}\n" + undistort +
          "  - id: detect\n"
          "    type: inspection.defects\n"
-         "    inputs: {frames: camera/frames}\n"
+         "    inputs: {frames: " + (o.undistort ? "flat" : "camera") + "/frames}\n"
          "    queue: {capacity: 4, overflow: block}\n"
          "  - id: sink\n"
          "    type: bench.results\n"
@@ -364,6 +452,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o)) return 2;
   const std::string cmd = command_line(argc, argv);
   if (o.cv_threads >= 0) cv::setNumThreads(o.cv_threads);
+  if (o.undistort && !write_lens_calibration(o)) return 1;
   const int cv_threads = cv::getNumThreads();
 
   std::printf("swarmflow inspection benchmark: synthetic parts camera (seed 7, station 0, camera 0) at %dx%d,\n"
@@ -423,6 +512,12 @@ int main(int argc, char** argv) {
     std::printf("  %-26s %10.2f %10.2f %9.1f%% %17.2f %10.2f %9.1f%% %14.2f %9.1f%%\n", row.name, ms, per_s(ms),
                 overhead_pct(ms, p_ms), steady, per_s(steady), overhead_pct(steady, p_steady), cpu,
                 overhead_pct(cpu, cpu_ms_per_frame(p, o.n)));
+  }
+  std::printf("  plain loop, per frame: inspection.defects %.2f ms (its thread's CPU %.2f ms)\n",
+              p.detect_seconds * 1e3 / o.n, p.detect_cpu_seconds * 1e3 / o.n);
+  if (o.undistort) {
+    std::printf("  plain loop, per frame: vision.undistort %.2f ms (its thread's CPU %.2f ms), k1 %g\n",
+                p.undistort_seconds * 1e3 / o.n, p.undistort_cpu_seconds * 1e3 / o.n, o.k1);
   }
   std::printf("  (whole run: swarmflow's duration_s / N, which includes the stages' start; plain likewise\n"
               "   includes constructing the camera and starting the detector. steady: first to last result / (N-1).\n"

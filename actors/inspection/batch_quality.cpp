@@ -45,6 +45,16 @@ bool matches(const schema::Box& d, const video::DefectTruth& t) {
   return cx >= t.x - kGrow && cx <= t.x + t.width + kGrow && cy >= t.y - kGrow && cy <= t.y + t.height + kGrow;
 }
 
+/// The kind of a cannot_inspect reason, for counting: its text up to the
+/// first figure or colon after the camera's name.
+std::string reason_kind(const std::string& reason) {
+  if (reason.find("belt too close") != std::string::npos) return "belt/metal contrast";
+  if (reason.find("glare") != std::string::npos) return "specular glare";
+  if (reason.find("no plate") != std::string::npos) return "no plate found";
+  if (reason.find("uneven") != std::string::npos) return "uneven lighting";
+  return "other";
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> pareto(const std::map<std::string, std::uint64_t>& counts) {
   std::vector<std::pair<std::string, std::uint64_t>> v(counts.begin(), counts.end());
   std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -109,6 +119,11 @@ Status BatchQuality::process(Inputs& in, Outputs& out, StageContext&) {
 
 void BatchQuality::add_defects(const schema::VisionResults& r, Part& part) {
   ++part.results;
+  if (r.cannot_inspect() != nullptr && r.cannot_inspect()->size() > 0) {
+    // No verdict and nothing to score: the frame was not inspected.
+    part.not_inspected.push_back(r.cannot_inspect()->str());
+    return;
+  }
   const std::string camera = r.camera_id() != nullptr ? r.camera_id()->str() : std::string("?");
   std::vector<const schema::Defect*> found;
   if (r.defects() != nullptr) {
@@ -139,6 +154,10 @@ void BatchQuality::add_defects(const schema::VisionResults& r, Part& part) {
 
 void BatchQuality::add_measurements(const schema::VisionResults& r, Part& part) {
   part.measured = true;
+  if (r.cannot_inspect() != nullptr && r.cannot_inspect()->size() > 0) {
+    part.not_inspected.push_back(r.cannot_inspect()->str());
+    return;
+  }
   std::optional<video::PartTruth> truth;
   if (r.ground_truth() != nullptr && r.ground_truth()->size() > 0) truth = video::parse_truth(r.ground_truth()->string_view());
   if (r.measurements() == nullptr) return;
@@ -193,6 +212,8 @@ void BatchQuality::close_batch(Outputs* out) {
   std::map<std::string, ClassTally> scores;
   std::vector<std::uint64_t> out_of_tolerance;
   std::uint64_t passed = 0;
+  std::uint64_t not_inspected = 0;
+  std::map<std::string, std::uint64_t> not_inspected_by_reason;
   double error_max = 0;
   double error_sum = 0;
   std::uint64_t error_count = 0;
@@ -206,6 +227,13 @@ void BatchQuality::close_batch(Outputs* out) {
       scores[cls].false_positives += t.false_positives;
       scores[cls].false_negatives += t.false_negatives;
     }
+    if (!p.not_inspected.empty()) {
+      // No verdict: neither passed nor out of tolerance, whatever the other
+      // camera found.
+      ++not_inspected;
+      ++not_inspected_by_reason[reason_kind(p.not_inspected.front())];
+      continue;
+    }
     if (p.out_of_tolerance) out_of_tolerance.push_back(p.id);
     if (p.detections.empty() && !p.out_of_tolerance) ++passed;
     for (double e : p.errors_mm) {
@@ -215,12 +243,15 @@ void BatchQuality::close_batch(Outputs* out) {
     }
   }
   const auto parts = static_cast<std::uint64_t>(batch_.parts.size());
-  const double yield = static_cast<double>(passed) / static_cast<double>(parts);
+  const std::uint64_t inspected = parts - not_inspected;
+  const double yield = inspected > 0 ? static_cast<double>(passed) / static_cast<double>(inspected) : 0.0;
 
   // Totals for the run.
   total_parts_ += parts;
   total_passed_ += passed;
   total_partial_ += batch_.partial;
+  total_not_inspected_ += not_inspected;
+  for (const auto& [reason, n] : not_inspected_by_reason) total_not_inspected_by_reason_[reason] += n;
   for (const auto& [cls, t] : scores) {
     total_scores_[cls].true_positives += t.true_positives;
     total_scores_[cls].false_positives += t.false_positives;
@@ -245,6 +276,7 @@ void BatchQuality::close_batch(Outputs* out) {
     };
     auto classes = counts(class_pareto);
     auto cameras = counts(camera_pareto);
+    auto reasons = counts(pareto(not_inspected_by_reason));
     std::vector<flatbuffers::Offset<schema::ClassScore>> score_offsets;
     for (const auto& [cls, t] : scores) {
       score_offsets.push_back(schema::CreateClassScore(fbb, fbb.CreateString(cls), t.true_positives, t.false_positives,
@@ -253,7 +285,8 @@ void BatchQuality::close_batch(Outputs* out) {
     fbb.Finish(schema::CreateBatchReport(fbb, batch_index_, parts, passed, yield, classes, cameras,
                                          fbb.CreateVector(out_of_tolerance), batch_.partial,
                                          fbb.CreateVector(score_offsets), error_max,
-                                         error_count > 0 ? error_sum / static_cast<double>(error_count) : 0.0),
+                                         error_count > 0 ? error_sum / static_cast<double>(error_count) : 0.0,
+                                         not_inspected, reasons),
                schema::BatchReportIdentifier());
     out->emit(reports_, Payload::from_builder(fbb));
   }
@@ -264,6 +297,9 @@ void BatchQuality::close_batch(Outputs* out) {
     j["passed"] = passed;
     j["yield"] = yield;
     j["partial_parts"] = batch_.partial;
+    j["not_inspected"] = not_inspected;
+    j["not_inspected_by_reason"] = nlohmann::ordered_json::object();
+    for (const auto& [reason, n] : not_inspected_by_reason) j["not_inspected_by_reason"][reason] = n;
     j["defects_by_class"] = nlohmann::ordered_json::array();
     for (const auto& [name, n] : class_pareto) j["defects_by_class"].push_back({{"class", name}, {"count", n}});
     j["defects_by_camera"] = nlohmann::ordered_json::array();
@@ -394,11 +430,20 @@ Status BatchQuality::restore(const std::string& state) {
 }
 
 void BatchQuality::print_summary() const {
-  std::printf("\nquality: %llu parts in %llu batches, %llu passed (yield %.1f%%), %llu partial\n",
+  const std::uint64_t inspected = total_parts_ - total_not_inspected_;
+  std::printf("\nquality: %llu parts in %llu batches, %llu passed (yield %.1f%%), %llu partial, %llu not inspected\n",
               static_cast<unsigned long long>(total_parts_), static_cast<unsigned long long>(batch_index_),
               static_cast<unsigned long long>(total_passed_),
-              total_parts_ > 0 ? 100.0 * static_cast<double>(total_passed_) / static_cast<double>(total_parts_) : 0.0,
-              static_cast<unsigned long long>(total_partial_));
+              inspected > 0 ? 100.0 * static_cast<double>(total_passed_) / static_cast<double>(inspected) : 0.0,
+              static_cast<unsigned long long>(total_partial_), static_cast<unsigned long long>(total_not_inspected_));
+  if (total_not_inspected_ > 0) {
+    std::printf("  NOT INSPECTED %llu parts (no verdict; yield is over the %llu inspected):\n",
+                static_cast<unsigned long long>(total_not_inspected_),
+                static_cast<unsigned long long>(total_parts_ - total_not_inspected_));
+    for (const auto& [reason, n] : pareto(total_not_inspected_by_reason_)) {
+      std::printf("    cannot inspect: %-20s %6llu\n", reason.c_str(), static_cast<unsigned long long>(n));
+    }
+  }
   for (const auto& [cls, n] : pareto(total_by_class_)) {
     std::printf("  defects found %-14s %6llu\n", cls.c_str(), static_cast<unsigned long long>(n));
   }

@@ -17,7 +17,10 @@
 ///
 /// A part is complete when `cameras_per_part` defect results and (when the
 /// measurements input is fed) its measurement have arrived. It passes when no
-/// camera found a defect and every measurement is in tolerance. Where the
+/// camera found a defect and every measurement is in tolerance. A part with
+/// any result flagged `cannot_inspect` gets no verdict: it is counted as not
+/// inspected (by reason), neither passed nor failed, and left out of the
+/// yield (passed / inspected parts) and of the scores against ground truth. Where the
 /// results carry ground truth (synthetic cameras), detections are matched to
 /// the true defects of the same frame (same class, IoU >= 0.3, or the centre
 /// inside the true box grown by 4 px) for precision, recall and F1 per class,
@@ -78,6 +81,7 @@ class BatchQuality final : public Stage {
   double measurement_error_max() const { return total_error_max_; }
   std::uint64_t parts() const { return total_parts_; }
   std::uint64_t passed() const { return total_passed_; }
+  std::uint64_t not_inspected() const { return total_not_inspected_; }
 
  private:
   struct Detection {
@@ -89,6 +93,7 @@ class BatchQuality final : public Stage {
     int results = 0;
     bool measured = false;
     bool out_of_tolerance = false;
+    std::vector<std::string> not_inspected;  ///< why, one per flagged result
     std::vector<Detection> detections;
     std::map<std::string, ClassTally> scores;
     std::vector<double> errors_mm;
@@ -128,6 +133,8 @@ class BatchQuality final : public Stage {
   std::uint64_t total_parts_ = 0;
   std::uint64_t total_passed_ = 0;
   std::uint64_t total_partial_ = 0;
+  std::uint64_t total_not_inspected_ = 0;
+  std::map<std::string, std::uint64_t> total_not_inspected_by_reason_;
   double total_error_max_ = 0;
   double total_error_sum_ = 0;
   std::uint64_t total_error_count_ = 0;

@@ -12,6 +12,7 @@ void DefectDetector::setup(StageSpec& s) {
   frames_ = s.input<schema::Frame>("frames", "camera frames of plates on the conveyor");
   results_ = s.output<schema::VisionResults>("results", "the defects found in each frame");
   DefectFinderParams& p = params_;
+  const DefectFinderParams d;  // the defaults
   s.param(p.mm_per_px, "mm_per_px", "scale at the plate, mm per pixel (calibration)", 0.1, {0.005, 10.0});
   s.param(p.k_low, "k_low", "hysteresis low threshold, in robust noise sigmas", 3.0, {1.0, 20.0});
   s.param(p.k_high, "k_high", "hysteresis high threshold, in robust noise sigmas", 5.5, {1.0, 50.0});
@@ -26,7 +27,8 @@ void DefectDetector::setup(StageSpec& s) {
           {0.0, 50.0});
   s.param(p.min_pit_px, "min_pit_px", "smallest pit, pixels across", 3.0, {1.0, 100.0});
   s.param(p.max_pit_mm, "max_pit_mm", "largest pit, mm across", 3.0, {0.1, 50.0});
-  s.param(p.min_pit_sigmas, "min_pit_sigmas", "contrast of a pit's darkest point, noise sigmas", 9.0, {1.0, 1000.0});
+  s.param(p.min_pit_sigmas, "min_pit_sigmas", "contrast of a pit's darkest point, local noise sigmas",
+          d.min_pit_sigmas, {1.0, 1000.0});
   s.param(p.min_scratch_mm, "min_scratch_mm", "shortest scratch, mm", 5.0, {0.0, 500.0});
   s.param(p.min_crack_mm, "min_crack_mm", "shortest crack end to end, mm", 2.5, {0.0, 500.0});
   s.param(p.min_elongation, "min_elongation", "length over thickness of a scratch or crack", 4.0, {1.0, 1000.0});
@@ -36,8 +38,25 @@ void DefectDetector::setup(StageSpec& s) {
           "strokes whose gradient orientations agree less than this (0..1) are cracks, not scratches", 0.65,
           {0.0, 1.0});
   s.param(p.crack_jaggedness, "crack_jaggedness",
-          "strokes whose centre line strays more than this from a straight line (px RMS) are cracks", 1.2,
-          {0.0, 100.0});
+          "strokes whose centre line strays more than this from its own 2 mm moving average (px RMS) are cracks",
+          d.crack_jaggedness, {0.0, 100.0});
+  s.param(p.coherence_mm, "coherence_mm", "stretch of a stroke over which its gradient coherence is measured, mm",
+          d.coherence_mm, {0.1, 100.0});
+  s.param(p.min_branch_mm, "min_branch_mm", "a stroke that runs as two strands this long is branched (a crack), mm",
+          d.min_branch_mm, {0.0, 100.0});
+  s.param(p.pair_mm, "pair_mm", "dark and bright strokes this close side by side are one two-toned mark, mm",
+          d.pair_mm, {0.0, 10.0});
+  s.param(p.noise_tile_mm, "noise_tile_mm", "tile of the local noise estimate, mm", d.noise_tile_mm, {1.0, 200.0});
+  s.param(p.saturation_level, "saturation_level", "grey level from which a pixel is saturated (a glint's core)",
+          d.saturation_level, {1.0, 255.0});
+  s.param(p.glint_margin_mm, "glint_margin_mm", "margin left out around a glint and its halo, mm",
+          d.glint_margin_mm, {0.0, 50.0});
+  s.param(p.min_light_evenness, "min_light_evenness",
+          "lighting over the plate, dimmest over brightest, below which the frame cannot be inspected",
+          d.min_light_evenness, {0.0, 1.0});
+  s.param(p.max_glare_fraction, "max_glare_fraction",
+          "more of the surface left out for glints than this and the frame cannot be inspected", d.max_glare_fraction,
+          {0.0, 1.0});
   s.param(p.check_holes, "check_holes", "report holes of the part's drawing that were not drilled", true);
   s.param(p.drawing_tolerance_mm, "drawing_tolerance_mm",
           "how far the plate's measured size may be from a drawing's to be that part, mm", 3.0, {0.0, 100.0});
@@ -53,6 +72,7 @@ Status DefectDetector::start(StageContext& ctx) {
   defects_found_ = &ctx.counter("defects");
   no_plate_ = &ctx.counter("no_plate");
   bad_frames_ = &ctx.counter("bad_frames");
+  cannot_inspect_ = &ctx.counter("cannot_inspect");
   return {};
 }
 
@@ -69,7 +89,14 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   frames_seen_->fetch_add(1, std::memory_order_relaxed);
 
   const DefectFinding finding = find_defects(grey, params_);
-  if (!finding.plate.found) no_plate_->fetch_add(1, std::memory_order_relaxed);
+  std::string not_inspected = finding.cannot_inspect;
+  if (!finding.plate.found) {
+    // No plate is no verdict either: an empty belt, or a plate the belt
+    // hides, must not pass as a part without defects.
+    no_plate_->fetch_add(1, std::memory_order_relaxed);
+    not_inspected = "no plate found (no part in view, or too little contrast against the belt)";
+  }
+  if (!not_inspected.empty()) cannot_inspect_->fetch_add(1, std::memory_order_relaxed);
 
   EnvelopeHeader header = envelope->header();
   int station = -1;
@@ -91,6 +118,8 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   flatbuffers::Offset<flatbuffers::String> camera, truth;
   if (frame->camera_id() != nullptr) camera = fbb.CreateString(frame->camera_id());
   if (frame->ground_truth() != nullptr) truth = fbb.CreateString(frame->ground_truth());
+  flatbuffers::Offset<flatbuffers::String> reason;
+  if (!not_inspected.empty()) reason = fbb.CreateString(not_inspected);
   const auto defect_vector = fbb.CreateVector(defects);
   schema::VisionResultsBuilder b(fbb);
   if (!camera.IsNull()) b.add_camera_id(camera);
@@ -100,6 +129,7 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   b.add_partial(false);
   b.add_station(station);
   if (!truth.IsNull()) b.add_ground_truth(truth);
+  if (!reason.IsNull()) b.add_cannot_inspect(reason);
   fbb.Finish(b.Finish(), schema::VisionResultsIdentifier());
   // The confidence of a verdict "defective" is that of its least sure finding.
   header.confidence = defects.empty() ? 1.0F : lowest;

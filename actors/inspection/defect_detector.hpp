@@ -12,17 +12,20 @@
 ///   0..1}, no measurements, partial = false, and the frame's ground_truth
 ///   copied unchanged (for evaluation downstream; never used to decide).
 ///
-/// Method (defect_finder.hpp has the details): plate segmentation (Otsu,
-/// largest contour, holes as round inner contours); illumination normalised
-/// by a masked background mean over `background_mm` in two passes (the second
-/// without the first's outliers); relative residual thresholded with
-/// hysteresis at k_low / k_high robust noise sigmas, dark and bright apart;
-/// pieces within `join_mm` joined, collinear strokes across gaps up to
-/// `bridge_mm` joined (faint pieces that only pass k_low included); regions
-/// classified by length, elongation,
-/// orientation coherence, jaggedness and contrast; missing holes by placing
-/// the drawing's holes (part_drawings.hpp, chosen by the plate's measured
-/// size) with the plate's pose and checking for metal where a hole should be.
+/// Method (defect_finder.hpp has the details): plate segmentation under a
+/// fitted lighting field (plate_geometry.hpp); glints (round saturated
+/// patches) and their halos left out; illumination normalised by a masked
+/// background mean over `background_mm` in two passes (the second without
+/// the first's outliers); relative residual in local noise sigmas (per
+/// `noise_tile_mm` tile) thresholded with hysteresis at k_low / k_high, dark
+/// and bright apart; pieces within `join_mm` joined, strokes that continue
+/// one another across gaps up to `bridge_mm` joined; dark and bright strokes
+/// side by side (`pair_mm`) joined into one two-toned mark; regions
+/// classified by features measured along their own centre line (arc length,
+/// elongation, jaggedness about a 2 mm moving average, branches, stretch-wise
+/// gradient coherence) and contrast; missing holes by placing the drawing's
+/// holes (part_drawings.hpp, chosen by the plate's measured size) with the
+/// plate's pose and checking for metal where a hole should be.
 ///
 /// Parameters (name, default, range):
 ///   mm_per_px            0.1   [0.005, 10]  scale at the plate (calibration)
@@ -36,25 +39,46 @@
 ///   bridge_mm            3.0   [0, 50]      collinear strokes across a gap up to this are one defect
 ///   min_pit_px           3.0   [1, 100]     smallest pit, px across
 ///   max_pit_mm           3.0   [0.1, 50]    largest pit, mm across
-///   min_pit_sigmas       9.0   [1, 1000]    a pit's darkest point, noise sigmas
+///   min_pit_sigmas       6.5   [1, 1000]    a pit's darkest point, local noise sigmas
 ///   min_scratch_mm       5.0   [0, 500]     shortest scratch
 ///   min_crack_mm         2.5   [0, 500]     shortest crack (end to end)
 ///   min_elongation       4.0   [1, 1000]    length over thickness of a scratch or crack
-///   min_scratch_sigmas   4.3   [0, 1000]    a scratch's mean contrast, noise sigmas
-///   min_crack_sigmas     4.5   [0, 1000]    a crack's mean contrast, noise sigmas
-///   crack_coherence      0.65  [0, 1]       strokes whose gradient orientations agree less are cracks
-///   crack_jaggedness     1.2   [0, 100]     strokes whose centre line strays more (px RMS) are cracks
+///   min_scratch_sigmas   4.3   [0, 1000]    a scratch's mean contrast, noise sigmas (15 % less
+///                                           at twice min_scratch_mm and longer)
+///   min_crack_sigmas     4.5   [0, 1000]    a crack's mean contrast, noise sigmas (likewise)
+///   crack_coherence      0.65  [0, 1]       strokes whose gradient orientations agree less
+///                                           (stretch by stretch) are cracks
+///   crack_jaggedness     1.2   [0, 100]     strokes whose centre line strays more (px RMS) from
+///                                           its own 2 mm moving average are cracks
+///   coherence_mm         2.5   [0.1, 100]   stretch over which gradient coherence is measured
+///   min_branch_mm        1.0   [0, 100]     two strands side by side this long: branched (crack)
+///   pair_mm              0.5   [0, 10]      dark and bright strokes this close: one two-toned mark
+///   noise_tile_mm        8.0   [1, 200]     tile of the local noise estimate
+///   saturation_level     250   [1, 255]     grey level of a saturated pixel (a glint's core)
+///   min_glint_mm         0.4   (finder only) a glint's core is a round patch this wide or more
+///   glint_margin_mm      1.0   [0, 50]      margin left out around a glint and its halo
+///   min_light_evenness   0.15  [0, 1]       dimmest / brightest lighting over the plate; below:
+///                                           cannot inspect
+///   max_glare_fraction   0.15  [0, 1]       surface left out for glints; above: cannot inspect
 ///   check_holes          true               report drawn holes that were not drilled
 ///   drawing_tolerance_mm 3.0   [0, 100]     how far the plate's size may be from a drawing's
 ///   min_score            0.0   [0, 1]       drop findings less confident than this
 /// Counters: `frames`, `defects`, `no_plate` (frames where no plate was
-/// found), `bad_frames` (malformed frames, which fail the step).
+/// found), `bad_frames` (malformed frames, which fail the step),
+/// `cannot_inspect` (frames given no verdict).
+///
+/// Cannot inspect: a frame whose plate is not found, whose metal/belt
+/// reflectance ratio is below 1.25, whose lighting over the plate falls below
+/// `min_light_evenness` of its brightest, or where glints leave more than
+/// `max_glare_fraction` of the surface out, gets `cannot_inspect` set to the
+/// reason and no defects. It is no verdict: inspection.batch_quality counts
+/// it as not inspected, never as passed.
 ///
 /// Assumptions: one bright, matte-to-brushed metal plate per frame on a darker
-/// background (a conveyor belt), wholly in view, long side within 45 degrees
-/// of the image's x axis; lighting smooth over the plate (gradients and
-/// vignetting of tens of percent are normalised away, hot spots and specular
-/// glints are not); the scale `mm_per_px` is known; defects lie at least
+/// background (a conveyor belt, reflectance ratio >= 1.25), wholly in view,
+/// long side within 45 degrees of the image's x axis; lighting smooth over
+/// the plate apart from saturated glints (side light and vignetting down to
+/// 15 % of the brightest are normalised away); the scale `mm_per_px` is known; defects lie at least
 /// `edge_margin_mm` from the plate's edges and `hole_margin_mm` from holes;
 /// the part is one of part_drawings() for missing holes to be found (other
 /// parts are still inspected for surface defects). Defaults are tuned for the
@@ -105,6 +129,7 @@ class DefectDetector final : public Stage {
   std::atomic<std::int64_t>* defects_found_ = nullptr;
   std::atomic<std::int64_t>* no_plate_ = nullptr;
   std::atomic<std::int64_t>* bad_frames_ = nullptr;
+  std::atomic<std::int64_t>* cannot_inspect_ = nullptr;
 };
 
 }  // namespace swarmflow::inspection

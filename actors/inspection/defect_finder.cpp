@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include <opencv2/imgproc.hpp>
@@ -21,7 +22,8 @@ struct Region {
   bool dark = true;
   bool strong = true;  ///< reaches the high threshold (weak pieces only extend strong strokes)
   // measured by measure()
-  double length = 0, thickness = 0, elongation = 0, jaggedness = 0, coherence = 0;
+  double length = 0, extent = 0, thickness = 0, elongation = 0, jaggedness = 0, coherence = 0, forks = 0;
+  bool two_tone = false;  ///< dark and bright parts of one mark, merged
   cv::Point2d centre, axis;
   cv::Rect box;
 };
@@ -41,7 +43,17 @@ Region core_of(const Region& r) {
   return core;
 }
 
-void measure(Region& r) {
+/// Measures `r`: principal axis, then the centre line, bin by bin along that
+/// axis (bins of 0.3 mm), which curves as the stroke does. From it:
+///  - length: the arc length of the centre line smoothed over 2 mm (a curved
+///    scratch is as long as its curve, not its chord);
+///  - thickness = area / length, elongation = length / thickness;
+///  - jaggedness: RMS of the centre line about its own 2 mm moving average,
+///    so a smooth arc or S-bend scores as low as a straight line while a
+///    zig-zag of ~1 mm strokes does not;
+///  - forks: how far (px along the axis) the region runs as two or more
+///    strands side by side (a branch).
+void measure(Region& r, double px_per_mm) {
   const auto n = static_cast<double>(r.pixels.size());
   cv::Point2d m(0, 0);
   for (const auto& p : r.pixels) m += cv::Point2d(p);
@@ -63,45 +75,65 @@ void measure(Region& r) {
   }
   r.centre = m;
   r.axis = e1;
-  r.length = hi - lo + 1;
-  r.thickness = n / r.length;
-  r.elongation = r.length / r.thickness;
+  r.extent = hi - lo + 1;
   r.box = cv::boundingRect(r.pixels);
 
-  // Jaggedness: the stroke's centre line, bin by bin along the axis, about
-  // the straight line that fits it best.
-  const int bins = std::clamp(static_cast<int>(r.length / 3.0), 1, 64);
-  std::vector<double> sum(static_cast<std::size_t>(bins), 0.0), count(static_cast<std::size_t>(bins), 0.0);
+  const double bin = std::max(2.0, 0.3 * px_per_mm);
+  const int bins = std::clamp(static_cast<int>(std::ceil(r.extent / bin)), 1, 512);
+  std::vector<std::vector<float>> across(static_cast<std::size_t>(bins));
   for (const auto& p : r.pixels) {
     const cv::Point2d d = cv::Point2d(p) - m;
-    const auto b =
-        static_cast<std::size_t>(std::clamp(static_cast<int>((d.dot(e1) - lo) / r.length * bins), 0, bins - 1));
-    sum[b] += d.dot(e2);
-    count[b] += 1;
+    const auto b = static_cast<std::size_t>(std::clamp(static_cast<int>((d.dot(e1) - lo) / bin), 0, bins - 1));
+    across[b].push_back(static_cast<float>(d.dot(e2)));
   }
-  std::vector<cv::Point2d> centre_line;
+  std::vector<cv::Point2d> line;  // (along, across) of each bin that has pixels
+  const double fork_gap = std::max(3.0, 0.4 * px_per_mm);
+  int forked = 0;
   for (int b = 0; b < bins; ++b) {
-    const auto i = static_cast<std::size_t>(b);
-    if (count[i] > 0) centre_line.emplace_back(b, sum[i] / count[i]);
+    auto& v = across[static_cast<std::size_t>(b)];
+    if (v.empty()) continue;
+    double sum = 0;
+    for (float x : v) sum += x;
+    line.emplace_back(lo + (b + 0.5) * bin, sum / static_cast<double>(v.size()));
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      if (v[i] - v[i - 1] > fork_gap) {
+        ++forked;
+        break;
+      }
+    }
   }
-  if (centre_line.size() < 3) {
+  r.forks = forked * bin;
+  if (line.size() < 3) {
     r.jaggedness = 0;
-    return;
+    r.length = r.extent;
+  } else {
+    const double half = std::max(1.0, px_per_mm);  // +-1 mm
+    std::vector<double> smooth(line.size(), 0.0);
+    double ss = 0;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      // Symmetric about i, so the ends are not pulled to one side.
+      const double reach = std::min({half, line[i].x - line.front().x, line.back().x - line[i].x});
+      double sum = 0;
+      int count = 0;
+      for (std::size_t j = 0; j < line.size(); ++j) {
+        if (std::abs(line[j].x - line[i].x) <= reach + 1e-9) {
+          sum += line[j].y;
+          ++count;
+        }
+      }
+      smooth[i] = sum / count;
+      ss += (line[i].y - smooth[i]) * (line[i].y - smooth[i]);
+    }
+    r.jaggedness = std::sqrt(ss / static_cast<double>(line.size()));
+    double length = bin;
+    for (std::size_t i = 1; i < line.size(); ++i) {
+      length += std::hypot(line[i].x - line[i - 1].x, smooth[i] - smooth[i - 1]);
+    }
+    r.length = std::max(length, r.extent);
   }
-  double sx = 0, sy = 0, sxx2 = 0, sxy2 = 0;
-  for (const auto& q : centre_line) {
-    sx += q.x;
-    sy += q.y;
-    sxx2 += q.x * q.x;
-    sxy2 += q.x * q.y;
-  }
-  const auto k = static_cast<double>(centre_line.size());
-  const double denom = k * sxx2 - sx * sx;
-  const double slope = denom != 0 ? (k * sxy2 - sx * sy) / denom : 0;
-  const double icpt = (sy - slope * sx) / k;
-  double ss = 0;
-  for (const auto& q : centre_line) ss += std::pow(q.y - (icpt + slope * q.x), 2);
-  r.jaggedness = std::sqrt(ss / k);
+  r.thickness = n / r.length;
+  r.elongation = r.length / r.thickness;
 }
 
 /// Regions of one polarity: connected pieces of `candidates` (CV_8U, where
@@ -110,7 +142,7 @@ void measure(Region& r) {
 /// below `high` but are stroke-like (at least `min_weak_px` long) are added
 /// as weak regions, which bridge_collinear may append to a strong stroke.
 std::vector<Region> hysteresis_regions(const cv::Mat& candidates, const cv::Mat& residual, float high, float sigma,
-                                       bool dark, cv::Point offset, int join_px, int min_weak_px,
+                                       bool dark, cv::Point offset, int join_px, int min_weak_px, double px_per_mm,
                                        std::vector<Region>* weak) {
   cv::Mat labels, stats, centroids;
   const int n = cv::connectedComponentsWithStats(candidates, labels, stats, centroids, 8, CV_32S);
@@ -149,7 +181,7 @@ std::vector<Region> hysteresis_regions(const cv::Mat& candidates, const cv::Mat&
         r.mean += v;
       }
       r.mean /= static_cast<double>(r.values.size());
-      measure(r);
+      measure(r, px_per_mm);
       if (r.elongation >= 3.0) weak->push_back(std::move(r));
     }
   }
@@ -210,7 +242,7 @@ std::vector<Region> hysteresis_regions(const cv::Mat& candidates, const cv::Mat&
 
 /// The two ends of a stroke-like region along its axis.
 std::pair<cv::Point2d, cv::Point2d> ends_of(const Region& r) {
-  const cv::Point2d half = r.axis * ((r.length - 1) / 2);
+  const cv::Point2d half = r.axis * ((r.extent - 1) / 2);
   return {r.centre - half, r.centre + half};
 }
 
@@ -224,18 +256,18 @@ double distance_to_line(cv::Point2d p, const Region& r) {
 /// axes within 8 degrees, each piece's ends within 2 px (+3 % of the gap)
 /// of the other's line, at least one of them strong. Regions are measured
 /// again after a join; weak regions left on their own are dropped.
-void bridge_collinear(std::vector<Region>& regions, double gap_px) {
+void bridge_collinear(std::vector<Region>& regions, double gap_px, double px_per_mm) {
   constexpr double kMinPiece = 6.0;    ///< px; shorter pieces have no reliable axis
-  constexpr double kCosAngle = 0.990;  ///< cos 8 degrees
+  constexpr double kCosAngle = 0.978;  ///< cos 12 degrees: a curved scratch turns a little across a gap
   bool joined = true;
   while (joined) {
     joined = false;
     for (std::size_t i = 0; i < regions.size() && !joined; ++i) {
       Region& a = regions[i];
-      if (a.pixels.size() < 3 || a.length < kMinPiece || a.elongation < 3.0) continue;
+      if (a.pixels.size() < 3 || a.extent < kMinPiece || a.elongation < 3.0) continue;
       for (std::size_t j = i + 1; j < regions.size() && !joined; ++j) {
         Region& b = regions[j];
-        if (b.pixels.size() < 3 || b.dark != a.dark || b.length < kMinPiece || b.elongation < 3.0) continue;
+        if (b.pixels.size() < 3 || b.dark != a.dark || b.extent < kMinPiece || b.elongation < 3.0) continue;
         if (!a.strong && !b.strong) continue;
         if (std::abs(a.axis.dot(b.axis)) < kCosAngle) continue;
         const auto [a0, a1] = ends_of(a);
@@ -246,8 +278,8 @@ void bridge_collinear(std::vector<Region>& regions, double gap_px) {
         }
         // The pieces must not overlap along the line, only continue it.
         const double span = cv::norm(a.centre - b.centre);
-        if (gap > gap_px || span < (a.length + b.length) / 2 - 2) continue;
-        const double slack = 2.0 + 0.03 * gap;
+        if (gap > gap_px || span < (a.extent + b.extent) / 2 - 2) continue;
+        const double slack = 2.0 + 0.06 * gap;
         if (distance_to_line(b0, a) > slack || distance_to_line(b1, a) > slack || distance_to_line(a0, b) > slack ||
             distance_to_line(a1, b) > slack) {
           continue;
@@ -259,7 +291,7 @@ void bridge_collinear(std::vector<Region>& regions, double gap_px) {
         a.mean = 0;
         for (float v : a.values) a.mean += v;
         a.mean /= static_cast<double>(a.values.size());
-        measure(a);
+        measure(a, px_per_mm);
         regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(j));
         joined = true;
       }
@@ -272,8 +304,11 @@ void bridge_collinear(std::vector<Region>& regions, double gap_px) {
 /// How much the grey-level gradients over a region agree in orientation
 /// (1 = all along one direction, as across a straight stroke; 0 = every
 /// direction, as along a zig-zag or in noise): the anisotropy of the
-/// structure tensor summed over the region.
-double orientation_coherence(const cv::Mat& g, cv::Point g_origin, const Region& r) {
+/// structure tensor, summed over stretches of `chunk_px` along the region's
+/// axis and averaged by their pixels, so that a stroke that bends gently
+/// keeps a high score (each stretch of it is nearly straight) while a
+/// zig-zag of shorter strokes does not.
+double orientation_coherence(const cv::Mat& g, cv::Point g_origin, const Region& r, double chunk_px) {
   const cv::Rect area =
       cv::Rect(r.box.x - g_origin.x - 2, r.box.y - g_origin.y - 2, r.box.width + 4, r.box.height + 4) &
       cv::Rect(0, 0, g.cols, g.rows);
@@ -281,18 +316,91 @@ double orientation_coherence(const cv::Mat& g, cv::Point g_origin, const Region&
   cv::Mat gx, gy;
   cv::Sobel(g(area), gx, CV_32F, 1, 0, 3);
   cv::Sobel(g(area), gy, CV_32F, 0, 1, 3);
-  double jxx = 0, jyy = 0, jxy = 0;
+  const int chunks = std::clamp(static_cast<int>(std::ceil(r.extent / chunk_px)), 1, 64);
+  std::vector<cv::Vec4d> j(static_cast<std::size_t>(chunks), cv::Vec4d(0, 0, 0, 0));  // jxx, jyy, jxy, count
+  const double lo = -r.extent / 2;
   for (const auto& p : r.pixels) {
     const int x = p.x - g_origin.x - area.x, y = p.y - g_origin.y - area.y;
     if (x < 0 || y < 0 || x >= area.width || y >= area.height) continue;
     const double dx = gx.at<float>(y, x), dy = gy.at<float>(y, x);
-    jxx += dx * dx;
-    jyy += dy * dy;
-    jxy += dx * dy;
+    const double along = (cv::Point2d(p) - r.centre).dot(r.axis);
+    auto& c = j[static_cast<std::size_t>(std::clamp(static_cast<int>((along - lo) / chunk_px), 0, chunks - 1))];
+    c[0] += dx * dx;
+    c[1] += dy * dy;
+    c[2] += dx * dy;
+    c[3] += 1;
   }
-  const double sum = jxx + jyy;
-  return sum > 0 ? std::sqrt((jxx - jyy) * (jxx - jyy) + 4 * jxy * jxy) / sum : 0;
+  double sum = 0, weight = 0;
+  for (const auto& c : j) {
+    const double t = c[0] + c[1];
+    if (t <= 0 || c[3] < 3) continue;
+    sum += c[3] * std::sqrt((c[0] - c[1]) * (c[0] - c[1]) + 4 * c[2] * c[2]) / t;
+    weight += c[3];
+  }
+  return weight > 0 ? sum / weight : 0;
 }
+
+/// Joins dark and bright stroke-like regions that lie side by side along
+/// one line: the two walls of one scratch under side light, one lit and one
+/// shaded. They are joined when most of the shorter one (60 % of its
+/// pixels) lies within `reach_px` of the other and their axes agree within
+/// 20 degrees. The joined region keeps both walls' pixels and is marked
+/// two-toned.
+void merge_polarities(std::vector<Region>& regions, int reach_px, double px_per_mm) {
+  constexpr double kCosAngle = 0.94;  ///< cos 20 degrees
+  auto stroke = [](const Region& r) { return r.pixels.size() >= 6 && r.elongation >= 3.0 && r.extent >= 6; };
+  bool joined = true;
+  while (joined) {
+    joined = false;
+    for (std::size_t i = 0; i < regions.size() && !joined; ++i) {
+      Region& a = regions[i];
+      if (!stroke(a)) continue;
+      for (std::size_t j = 0; j < regions.size() && !joined; ++j) {
+        Region& b = regions[j];
+        if (j == i || !stroke(b) || a.dark == b.dark || (a.two_tone && b.two_tone)) continue;
+        if (std::abs(a.axis.dot(b.axis)) < kCosAngle) continue;
+        const cv::Rect grown(a.box.x - reach_px, a.box.y - reach_px, a.box.width + 2 * reach_px,
+                             a.box.height + 2 * reach_px);
+        if ((grown & b.box).area() == 0) continue;
+        // The shorter one against the other, grown by reach_px.
+        const Region& shorter = a.pixels.size() <= b.pixels.size() ? a : b;
+        const Region& longer = a.pixels.size() <= b.pixels.size() ? b : a;
+        const cv::Rect frame = (longer.box | shorter.box) + cv::Size(2 * reach_px + 2, 2 * reach_px + 2) -
+                               cv::Point(reach_px + 1, reach_px + 1);
+        cv::Mat near = cv::Mat::zeros(frame.size(), CV_8U);
+        for (const auto& q : longer.pixels) near.at<std::uint8_t>(q.y - frame.y, q.x - frame.x) = 255;
+        cv::dilate(near, near, cv::getStructuringElement(cv::MORPH_ELLIPSE, cv::Size(2 * reach_px + 1, 2 * reach_px + 1)));
+        std::size_t close = 0;
+        for (const auto& q : shorter.pixels) close += near.at<std::uint8_t>(q.y - frame.y, q.x - frame.x) != 0 ? 1 : 0;
+        if (static_cast<double>(close) < 0.6 * static_cast<double>(shorter.pixels.size())) continue;
+        Region& keep = a.dark ? a : b;  // the merged mark counts as dark (a groove)
+        Region& gone = a.dark ? b : a;
+        // Strands side by side are what a two-toned mark is: its forks are
+        // those of its dark wall alone.
+        const double forks = keep.forks;
+        keep.pixels.insert(keep.pixels.end(), gone.pixels.begin(), gone.pixels.end());
+        keep.values.insert(keep.values.end(), gone.values.begin(), gone.values.end());
+        keep.peak = std::max(keep.peak, gone.peak);
+        keep.strong = keep.strong || gone.strong;
+        keep.two_tone = true;
+        keep.mean = 0;
+        for (float v : keep.values) keep.mean += v;
+        keep.mean /= static_cast<double>(keep.values.size());
+        measure(keep, px_per_mm);
+        keep.forks = forks;
+        const std::size_t drop = &gone == &regions[i] ? i : j;
+        regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(drop));
+        joined = true;
+      }
+    }
+  }
+}
+
+/// A specular glint: a compact patch of saturated pixels and the bright
+/// halo around it, in the coordinates of the reduced copy.
+struct GlintZone {
+  cv::Rect box;  ///< of the zone (core, halo and margin), reduced copy
+};
 
 constexpr int kReduce = 4;     ///< the background is estimated on a copy reduced this much
 constexpr int kMinWeakPx = 6;  ///< shortest weak piece kept for bridging
@@ -313,8 +421,8 @@ cv::Mat masked_mean(const cv::Mat& small, const cv::Mat& weight, int window, con
 
 /// 1.4826 x the median of |values| over `mask` (every `step`-th pixel), or 0.
 float robust_sigma(const cv::Mat& values, const cv::Mat& mask, int step) {
-  std::vector<float> spread;
-  spread.reserve(values.total() / static_cast<std::size_t>(step * step) + 1);
+  thread_local std::vector<float> spread;  // reused: no allocation per frame
+  spread.clear();
   for (int y = 0; y < values.rows; y += step) {
     const auto* m = mask.ptr<std::uint8_t>(y);
     const auto* r = values.ptr<float>(y);
@@ -351,12 +459,13 @@ void find_missing_holes(const cv::Mat& grey, const PlateView& plate, const Defec
                           cv::Rect(0, 0, grey.cols, grey.rows);
     if (disc.area() <= 0) continue;
     int inside = 0, metal = 0;
+    const double level = plate.threshold_at(c.x, c.y);
     for (int y = disc.y; y < disc.y + disc.height; ++y) {
       const auto* row = grey.ptr<std::uint8_t>(y);
       for (int x = disc.x; x < disc.x + disc.width; ++x) {
         if (std::hypot(x - c.x, y - c.y) > 0.6 * r) continue;
         ++inside;
-        metal += row[x] > plate.threshold ? 1 : 0;
+        metal += row[x] > level ? 1 : 0;
       }
     }
     const double fill = inside > 0 ? static_cast<double>(metal) / inside : 0.0;
@@ -375,6 +484,18 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
   const double px_per_mm = 1.0 / p.mm_per_px;
   out.plate = find_plate(grey, 4.0 * px_per_mm);
   if (!out.plate.found) return out;
+  if (!out.plate.cannot_inspect.empty()) {
+    out.cannot_inspect = out.plate.cannot_inspect;
+    return out;
+  }
+  if (out.plate.light_evenness < p.min_light_evenness) {
+    // Where the plate is that dim, faint defects sink into the sensor noise.
+    char reason[160];
+    std::snprintf(reason, sizeof reason, "lighting too uneven: the dimmest part of the plate gets %.0f %% of the "
+                  "light of the brightest (limit %.0f %%)", 100 * out.plate.light_evenness, 100 * p.min_light_evenness);
+    out.cannot_inspect = reason;
+    return out;
+  }
   const PlateView& plate = out.plate;
   cv::Rect roi = plate.bounds & cv::Rect(0, 0, grey.cols, grey.rows);
   // Whole multiples of kReduce make the reduction an exact box average (the
@@ -406,8 +527,9 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
   // -- illumination normalisation ----------------------------------------------------
   // The background is the masked mean over `background_mm`, estimated on a
   // copy reduced kReduce times. A first pass finds what stands out at that
-  // scale (pits, cracks); the second leaves it out, so that a dark defect does
-  // not darken the background around it (which would make a bright halo).
+  // scale (pits, cracks, glints); the second leaves it out, so that a dark
+  // defect does not darken the background around it (which would make a
+  // bright halo) and a glint does not brighten it (a dark ring).
   cv::Mat g;
   cv::GaussianBlur(grey(roi), g, cv::Size(3, 3), 0.7);
   const cv::Size small_size(roi.width / kReduce, roi.height / kReduce);
@@ -416,6 +538,8 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
   small_g.convertTo(small_g, CV_32F);
   cv::resize(mask, small_mask, small_size, 0, 0, cv::INTER_AREA);
   inside = small_mask == 255;
+  const int inside_area = cv::countNonZero(inside);
+  if (inside_area == 0) return out;
   cv::Mat weight;
   inside.convertTo(weight, CV_32F, 1.0 / 255);
   const int window = std::max(3, static_cast<int>(std::lround(p.background_mm * px_per_mm / kReduce)) | 1);
@@ -425,8 +549,108 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
     cv::divide(small_g - first, cv::max(first, 1.0), small_residual, 100.0);
     const float small_sigma = robust_sigma(small_residual, inside, 1);
     cv::Mat outliers = cv::abs(small_residual) > static_cast<float>(p.k_low) * small_sigma;
+
+    // Specular glints: compact patches of saturated pixels, with the bright
+    // halo connected to them and a margin, are left out of the background
+    // and of the surface inspected.
+    cv::Mat saturated;
+    cv::compare(grey(roi), p.saturation_level, saturated, cv::CMP_GE);
+    if (cv::countNonZero(saturated) > 0) {
+      // A glint's core is a round patch at least `min_glint_mm` across; a
+      // saturated thin line is a bright scratch, not a glint.
+      cv::Mat sat_labels, sat_stats, sat_centres;
+      const int patches = cv::connectedComponentsWithStats(saturated, sat_labels, sat_stats, sat_centres, 8, CV_32S);
+      const double min_core = std::max(3.0, p.min_glint_mm * px_per_mm);
+      for (int c = 1; c < patches; ++c) {
+        const int w = sat_stats.at<int>(c, cv::CC_STAT_WIDTH), h = sat_stats.at<int>(c, cv::CC_STAT_HEIGHT);
+        const int area = sat_stats.at<int>(c, cv::CC_STAT_AREA);
+        const bool round = std::min(w, h) >= min_core && std::max(w, h) <= 2.5 * std::min(w, h) && area >= 0.5 * w * h;
+        if (!round) saturated.setTo(0, sat_labels == c);
+      }
+    }
+    if (cv::countNonZero(saturated) > 0) {
+      cv::Mat small_saturated;
+      cv::resize(saturated, small_saturated, small_size, 0, 0, cv::INTER_AREA);
+      small_saturated = small_saturated > 0;
+      cv::Mat core_labels, core_stats, core_centres;
+      const int cores =
+          cv::connectedComponentsWithStats(small_saturated, core_labels, core_stats, core_centres, 8, CV_32S);
+      cv::Mat bright = (small_residual > static_cast<float>(p.k_low) * small_sigma) | small_saturated;
+      cv::Mat halo_labels;
+      cv::connectedComponents(bright, halo_labels, 8, CV_32S);
+      cv::Mat zones = cv::Mat::zeros(small_size, CV_8U);
+      for (int c = 1; c < cores; ++c) {
+        const int w = core_stats.at<int>(c, cv::CC_STAT_WIDTH), h = core_stats.at<int>(c, cv::CC_STAT_HEIGHT);
+        const int x0 = core_stats.at<int>(c, cv::CC_STAT_LEFT), y0 = core_stats.at<int>(c, cv::CC_STAT_TOP);
+        std::vector<int> halos;
+        for (int y = y0; y < y0 + h; ++y) {
+          for (int x = x0; x < x0 + w; ++x) {
+            if (core_labels.at<int>(y, x) != c) continue;
+            const int l = halo_labels.at<int>(y, x);
+            if (l > 0 && std::find(halos.begin(), halos.end(), l) == halos.end()) halos.push_back(l);
+          }
+        }
+        for (int l : halos) zones.setTo(255, halo_labels == l);
+        // The halo reaches further than it stands out of a background that
+        // it brightens itself: it ends where the mean of a ring about the
+        // core comes down to within 3 % of the level of the metal 12 mm away.
+        const cv::Point2d centre(core_centres.at<double>(c, 0), core_centres.at<double>(c, 1));
+        const int reach = std::max(4, static_cast<int>(std::lround(12.0 * px_per_mm / kReduce)));
+        std::vector<double> ring_sum(static_cast<std::size_t>(reach + 1), 0.0), ring_count(ring_sum.size(), 0.0);
+        const cv::Rect around = cv::Rect(static_cast<int>(centre.x) - reach, static_cast<int>(centre.y) - reach,
+                                         2 * reach + 1, 2 * reach + 1) &
+                                cv::Rect(0, 0, small_size.width, small_size.height);
+        for (int y = around.y; y < around.y + around.height; ++y) {
+          const auto* gv = small_g.ptr<float>(y);
+          const auto* in = small_mask.ptr<std::uint8_t>(y);
+          for (int x = around.x; x < around.x + around.width; ++x) {
+            const auto ring = static_cast<std::size_t>(std::lround(std::hypot(x - centre.x, y - centre.y)));
+            if (ring > static_cast<std::size_t>(reach) || in[x] == 0) continue;
+            ring_sum[ring] += gv[x];
+            ring_count[ring] += 1;
+          }
+        }
+        double base = 0, base_n = 0;
+        for (int k = reach - 2; k <= reach; ++k) {
+          base += ring_sum[static_cast<std::size_t>(k)];
+          base_n += ring_count[static_cast<std::size_t>(k)];
+        }
+        int radius = reach;
+        if (base_n > 0) {
+          base /= base_n;
+          for (int k = 1; k <= reach; ++k) {
+            const auto i = static_cast<std::size_t>(k);
+            if (ring_count[i] > 0 && ring_sum[i] / ring_count[i] <= base * 1.03) {
+              radius = k;
+              break;
+            }
+          }
+        }
+        cv::circle(zones, cv::Point(static_cast<int>(std::lround(centre.x)), static_cast<int>(std::lround(centre.y))),
+                   radius, cv::Scalar(255), cv::FILLED);
+        ++out.glints;
+      }
+      if (out.glints > 0) {
+        const int margin = std::max(1, static_cast<int>(std::lround(p.glint_margin_mm * px_per_mm / kReduce)));
+        cv::dilate(zones, zones,
+                   cv::getStructuringElement(cv::MORPH_ELLIPSE, cv::Size(2 * margin + 1, 2 * margin + 1)));
+        out.glare_fraction = static_cast<double>(cv::countNonZero(zones & inside)) / inside_area;
+        outliers.setTo(255, zones);
+        inside.setTo(0, zones);
+        cv::Mat zones_full;
+        cv::resize(zones, zones_full, roi.size(), 0, 0, cv::INTER_NEAREST);
+        mask.setTo(0, zones_full);
+      }
+    }
     cv::dilate(outliers, outliers, cv::Mat());
     weight.setTo(0, outliers);
+  }
+  if (out.glare_fraction > p.max_glare_fraction) {
+    char reason[160];
+    std::snprintf(reason, sizeof reason, "specular glare over %.1f %% of the surface (limit %.1f %%)",
+                  100 * out.glare_fraction, 100 * p.max_glare_fraction);
+    out.cannot_inspect = reason;
+    return out;
   }
   cv::Mat background;
   cv::resize(masked_mean(small_g, weight, window, first), background, roi.size(), 0, 0, cv::INTER_LINEAR);
@@ -435,57 +659,121 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
   cv::subtract(g, background, residual, cv::noArray(), CV_32F);
   cv::divide(residual, background, residual, 100.0);
 
-  // -- hysteresis thresholds on the robust noise level ---------------------------------
-  const float sigma = robust_sigma(residual, mask, 3);
-  if (sigma <= 0) return out;
-  out.noise_sigma = sigma;
-  const float low = std::max(static_cast<float>(p.k_low) * sigma, static_cast<float>(p.min_contrast));
-  const float high = std::max(static_cast<float>(p.k_high) * sigma, low);
+  // -- the noise level, locally ---------------------------------------------------------
+  // A robust sigma per tile of `noise_tile_mm`, between tile centres
+  // interpolated: where vignetting or side light dims the plate, the sensor
+  // noise is a larger part of the signal, and a single sigma for the whole
+  // plate would read it as defects.
+  // One pass collects |residual| tile by tile (every other pixel); each
+  // tile's median, then the whole plate's, come from the same samples.
+  cv::Mat sigma_map;
+  float sigma = 0;
+  {
+    const int tile = std::max(32, static_cast<int>(std::lround(p.noise_tile_mm * px_per_mm)));
+    const int tx = std::max(1, roi.width / tile), ty = std::max(1, roi.height / tile);
+    thread_local std::vector<float> samples;
+    samples.clear();
+    std::vector<float> local(static_cast<std::size_t>(tx * ty), 0.0F);
+    for (int j = 0; j < ty; ++j) {
+      for (int i = 0; i < tx; ++i) {
+        const cv::Rect cell(i * roi.width / tx, j * roi.height / ty, roi.width / tx, roi.height / ty);
+        const std::size_t first = samples.size();
+        for (int y = cell.y; y < cell.y + cell.height; y += 2) {
+          const auto* m = mask.ptr<std::uint8_t>(y);
+          const auto* r = residual.ptr<float>(y);
+          for (int x = cell.x; x < cell.x + cell.width; x += 2) {
+            if (m[x] != 0) samples.push_back(std::abs(r[x]));
+          }
+        }
+        const std::size_t n = samples.size() - first;
+        if (n < 50) continue;
+        const auto begin = samples.begin() + static_cast<std::ptrdiff_t>(first);
+        std::nth_element(begin, begin + static_cast<std::ptrdiff_t>(n / 2), samples.end());
+        local[static_cast<std::size_t>(j * tx + i)] = 1.4826F * *(begin + static_cast<std::ptrdiff_t>(n / 2));
+      }
+    }
+    if (samples.size() < 50) return out;
+    std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
+                     samples.end());
+    sigma = std::max(1.4826F * samples[samples.size() / 2], 0.05F);
+    out.noise_sigma = sigma;
+    cv::Mat tiles(ty, tx, CV_32F);
+    for (int j = 0; j < ty; ++j) {
+      for (int i = 0; i < tx; ++i) {
+        const float l = local[static_cast<std::size_t>(j * tx + i)];
+        tiles.at<float>(j, i) = l > 0 ? std::clamp(l, 0.7F * sigma, 3.0F * sigma) : sigma;
+      }
+    }
+    cv::resize(tiles, sigma_map, roi.size(), 0, 0, cv::INTER_LINEAR);
+  }
+  cv::Mat z;  // residual in local noise sigmas
+  cv::divide(residual, sigma_map, z);
+
+  // -- hysteresis thresholds ----------------------------------------------------------
+  const float contrast_floor = static_cast<float>(p.min_contrast);
+  const auto low = static_cast<float>(p.k_low), high = static_cast<float>(std::max(p.k_high, p.k_low));
   const int join_px = std::max(1, static_cast<int>(std::lround(p.join_mm * px_per_mm)));
   std::vector<Region> regions;
   for (const bool dark : {true, false}) {
-    const cv::Mat candidates = (dark ? (residual < -low) : (residual > low)) & mask;
+    const cv::Mat candidates = (dark ? ((z < -low) & (residual < -contrast_floor))
+                                     : ((z > low) & (residual > contrast_floor))) &
+                               mask;
     std::vector<Region> weak;
-    auto found = hysteresis_regions(candidates, residual, high, sigma, dark, roi.tl(), join_px, kMinWeakPx, &weak);
+    auto found =
+        hysteresis_regions(candidates, z, high, 1.0F, dark, roi.tl(), join_px, kMinWeakPx, px_per_mm, &weak);
     for (auto& r : found) {
-      if (r.pixels.size() >= 3) measure(r);
+      if (r.pixels.size() >= 3) measure(r, px_per_mm);
       regions.push_back(std::move(r));
     }
     for (auto& r : weak) regions.push_back(std::move(r));
   }
-  bridge_collinear(regions, p.bridge_mm * px_per_mm);
+  bridge_collinear(regions, p.bridge_mm * px_per_mm, px_per_mm);
+  merge_polarities(regions, std::max(2, static_cast<int>(std::lround(p.pair_mm * px_per_mm))), px_per_mm);
 
   // -- classification -----------------------------------------------------------------
   const double max_pit = p.max_pit_mm * px_per_mm + 2;
+  const double chunk = std::max(8.0, p.coherence_mm * px_per_mm);
   for (auto& r : regions) {
     if (r.pixels.size() < 3) continue;
-    r.coherence = orientation_coherence(g, roi.tl(), r);
+    r.coherence = orientation_coherence(g, roi.tl(), r, chunk);
     std::string cls;
     // A pit first: its core (the part at least half as dark as its darkest
     // point) is small and compact, even when the low threshold lets a fringe
     // of noise or texture run off it.
-    if (r.dark && r.peak >= p.min_pit_sigmas && r.length <= 2 * max_pit) {
+    if (r.dark && !r.two_tone && r.peak >= p.min_pit_sigmas && r.extent <= 2 * max_pit) {
       Region core = core_of(r);
       if (core.pixels.size() >= 3) {
-        measure(core);
-        if (core.elongation < 3.0 && core.length <= max_pit &&
-            std::sqrt(static_cast<double>(core.pixels.size())) >= p.min_pit_px * 0.8) {
+        measure(core, px_per_mm);
+        if (core.extent / std::max(1.0, static_cast<double>(core.pixels.size()) / core.extent) < 3.0 &&
+            core.extent <= max_pit && std::sqrt(static_cast<double>(core.pixels.size())) >= p.min_pit_px * 0.8) {
           cls = "pit";
         }
       }
     }
     if (cls.empty() && r.elongation >= p.min_elongation) {
-      const bool straight = r.coherence >= p.crack_coherence && r.jaggedness <= p.crack_jaggedness;
-      if (straight && r.length >= p.min_scratch_mm * px_per_mm && r.mean >= p.min_scratch_sigmas) {
+      // Smooth (however it bends), one strand, gradients agreeing stretch by
+      // stretch: a scratch. Jagged, branched or incoherent and dark: a crack.
+      const bool branched = r.forks >= p.min_branch_mm * px_per_mm;
+      const bool smooth = r.coherence >= p.crack_coherence && r.jaggedness <= p.crack_jaggedness && !branched;
+      // The longer a stroke, the less likely noise or texture strings that
+      // many pixels together: the mean contrast asked of it falls by up to
+      // 15 %, reached at twice the shortest length of its class.
+      auto relaxed = [&](double min_mm, double sigmas) {
+        const double over = std::clamp(r.length / (min_mm * px_per_mm) - 1.0, 0.0, 1.0);
+        return sigmas * (1.0 - 0.15 * over);
+      };
+      if (smooth && r.length >= p.min_scratch_mm * px_per_mm &&
+          r.mean >= relaxed(p.min_scratch_mm, p.min_scratch_sigmas)) {
         cls = "scratch";
-      } else if (!straight && r.dark && r.length >= p.min_crack_mm * px_per_mm && r.mean >= p.min_crack_sigmas) {
+      } else if (!smooth && r.dark && r.length >= p.min_crack_mm * px_per_mm &&
+                 r.mean >= relaxed(p.min_crack_mm, p.min_crack_sigmas)) {
         cls = "crack";
       }
     }
     if (cls.empty() && !p.keep_rejected) continue;
-    out.defects.push_back(FoundDefect{
-        cls, cv::Rect2f(cv::Rect2d(r.box)), score_from(r.peak, p.k_high),
-        RegionFeatures{r.length, r.thickness, r.elongation, r.jaggedness, r.coherence, r.peak, r.mean, r.dark}});
+    out.defects.push_back(FoundDefect{cls, cv::Rect2f(cv::Rect2d(r.box)), score_from(r.peak, p.k_high),
+                                      RegionFeatures{r.length, r.thickness, r.elongation, r.jaggedness, r.coherence,
+                                                     r.peak, r.mean, r.dark, r.forks, r.two_tone}});
   }
 
   if (p.check_holes) find_missing_holes(grey, plate, p, &out.defects);

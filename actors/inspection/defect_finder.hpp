@@ -67,14 +67,23 @@ struct DefectFinderParams {
   double bridge_mm = 3.0;             ///< collinear strokes with a gap up to this are joined
   double min_pit_px = 3.0;            ///< smallest pit, px across
   double max_pit_mm = 3.0;            ///< largest pit, mm across
-  double min_pit_sigmas = 9.0;        ///< a pit's darkest point, noise sigmas
+  double min_pit_sigmas = 6.5;        ///< a pit's darkest point, local noise sigmas
   double min_scratch_mm = 5.0;        ///< shortest scratch, mm
   double min_crack_mm = 2.5;          ///< shortest crack, mm (end to end)
   double min_elongation = 4.0;        ///< length over thickness of a scratch or crack
   double min_scratch_sigmas = 4.3;    ///< a scratch's mean contrast, noise sigmas
   double min_crack_sigmas = 4.5;      ///< a crack's mean contrast, noise sigmas
-  double crack_coherence = 0.65;      ///< strokes whose gradients agree less than this are cracks
-  double crack_jaggedness = 1.2;      ///< strokes whose centre line strays more than this (px RMS) are cracks
+  double crack_coherence = 0.65;      ///< strokes whose gradients agree less than this (stretch by stretch) are cracks
+  double crack_jaggedness = 1.2;      ///< strokes whose centre line strays more than this (px RMS) about its 2 mm mean are cracks
+  double coherence_mm = 2.5;          ///< stretch of a stroke over which gradient coherence is measured
+  double min_branch_mm = 1.0;         ///< a stroke that runs as two strands for this long is branched (a crack)
+  double pair_mm = 0.5;               ///< dark and bright strokes this close side by side are one two-toned mark
+  double noise_tile_mm = 8.0;         ///< tile of the local noise estimate
+  double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
+  double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide
+  double glint_margin_mm = 1.0;       ///< margin around a glint and its halo left out
+  double min_light_evenness = 0.15;   ///< lighting over the plate, dimmest / brightest, below which: cannot inspect
+  double max_glare_fraction = 0.15;   ///< more of the surface left out for glints than this: cannot inspect
   bool check_holes = true;            ///< look for missing holes (needs a known drawing)
   double drawing_tolerance_mm = 3.0;  ///< how far the plate's size may be from a drawing's
   bool keep_rejected = false;         ///< also report regions classified as texture (empty class), for tuning
@@ -90,6 +99,8 @@ struct RegionFeatures {
   double peak_sigmas = 0;   ///< largest |residual|, in noise sigmas
   double mean_sigmas = 0;   ///< mean |residual|, in noise sigmas
   bool dark = true;
+  double forks_px = 0;    ///< length along the axis where the region runs as two strands or more
+  bool two_tone = false;  ///< dark and bright walls of one mark, joined
 };
 
 /// One defect found, in pixels of the frame.
@@ -105,6 +116,11 @@ struct DefectFinding {
   PlateView plate;
   std::vector<FoundDefect> defects;
   double noise_sigma = 0;  ///< robust sigma of the residual, percent
+  int glints = 0;              ///< specular glints found and left out
+  double glare_fraction = 0;   ///< of the surface left out for glints
+  /// Why the frame was not inspected (empty = it was): its defects are then
+  /// no verdict.
+  std::string cannot_inspect;
 };
 
 /// Finds the defects of the plate in `grey` (CV_8U).

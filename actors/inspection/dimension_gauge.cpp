@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "inspection/frame_image.hpp"
@@ -27,9 +28,15 @@ struct PlateSize {
 
 constexpr double kMinHoleMm = 4.0;  ///< smaller dark regions are not holes
 
-std::optional<PlateSize> gauge(const cv::Mat& grey, double mm_per_px) {
+/// One camera's gauging; nothing when there is no plate, or when the plate
+/// cannot be inspected (`*reason` then says why).
+std::optional<PlateSize> gauge(const cv::Mat& grey, double mm_per_px, std::string* reason) {
   const PlateView view = find_plate(grey, kMinHoleMm / mm_per_px);
   if (!view.found) return std::nullopt;
+  if (!view.cannot_inspect.empty()) {
+    *reason = view.cannot_inspect;
+    return std::nullopt;
+  }
   const PlateGauge g = gauge_plate(grey, view);
   if (!g.ok) return std::nullopt;
   PlateSize size{g.width_px * mm_per_px, g.height_px * mm_per_px, {}};
@@ -46,10 +53,13 @@ void DimensionGauge::setup(StageSpec& s) {
   a_ = s.input<schema::Frame>("a", "frames of the station's first camera");
   b_ = s.input<schema::Frame>("b", "frames of the station's second camera");
   results_ = s.output<schema::VisionResults>("results", "outer size and hole diameters of each part, in mm");
-  s.param(mm_per_px_, "mm_per_px", "scale at the plate, mm per pixel (calibration of both cameras)", 0.1,
+  s.param(mm_per_px_, "mm_per_px", "scale at the plate, mm per pixel, of camera a (and of camera b unless it has its own)", 0.1,
           {0.005, 10.0});
   s.param(calibration_, "calibration",
           "calibration file (swarmflow calibrate) whose mm_per_px is used instead of mm_per_px; empty = none", "");
+  s.param(mm_per_px_b_, "mm_per_px_b", "camera b's own scale, mm per pixel; 0 = camera a's", 0.0, {0.0, 10.0});
+  s.param(calibration_b_, "calibration_b",
+          "camera b's own calibration file, whose mm_per_px is camera b's scale; empty = none", "");
   s.param(tolerance_mm_, "tolerance_mm", "allowed deviation of the outer width and height, mm", 0.2, {0.0, 100.0});
   s.param(hole_tolerance_mm_, "hole_tolerance_mm", "allowed deviation of a hole's diameter, mm", 0.1, {0.0, 100.0});
   std::vector<std::string> variants = {"auto"};
@@ -66,20 +76,34 @@ Status DimensionGauge::start(StageContext& ctx) {
   partial_sets_ = &ctx.counter("partial_sets");
   no_plate_ = &ctx.counter("no_plate");
   bad_frames_ = &ctx.counter("bad_frames");
-  if (!calibration_.empty()) {
+  cannot_inspect_ = &ctx.counter("cannot_inspect");
+
+  // Each camera's scale: its own calibration file, else its own mm_per_px,
+  // else camera a's.
+  auto scale_from = [](const std::string& path, double* mm_per_px) -> Status {
     vision::Calibration c;
     std::string error;
-    if (!vision::read_calibration(calibration_, &c, &error)) {
+    if (!vision::read_calibration(path, &c, &error)) {
       return Status::error("inspection.measure: " + error, StatusCode::invalid_argument);
     }
     if (!(c.mm_per_px >= 0.005 && c.mm_per_px <= 10.0)) {
-      return Status::error("inspection.measure: " + calibration_ +
+      return Status::error("inspection.measure: " + path +
                                " has no mm_per_px (its flat working-plane view was not found or was tilted); "
                                "calibrate again with the board flat on the working plane in the first frame, "
                                "or set mm_per_px and no calibration",
                            StatusCode::invalid_argument);
     }
-    mm_per_px_ = c.mm_per_px;
+    *mm_per_px = c.mm_per_px;
+    return {};
+  };
+  scale_[0] = mm_per_px_;
+  if (!calibration_.empty()) {
+    if (Status s = scale_from(calibration_, &scale_[0]); !s.ok()) return s;
+    mm_per_px_ = scale_[0];
+  }
+  scale_[1] = mm_per_px_b_ > 0 ? mm_per_px_b_ : scale_[0];
+  if (!calibration_b_.empty()) {
+    if (Status s = scale_from(calibration_b_, &scale_[1]); !s.ok()) return s;
   }
   return {};
 }
@@ -94,7 +118,9 @@ Status DimensionGauge::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
 
   // -- each camera on its own ---------------------------------------------------------
   std::vector<PlateSize> sizes;
-  for (const schema::Frame* frame : frames) {
+  std::string reasons;  // of the cameras whose plate cannot be inspected
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const schema::Frame* frame = frames[k];
     if (frame == nullptr) continue;
     std::string error;
     const cv::Mat grey = grey_image(*frame, grey_, &error);
@@ -102,9 +128,13 @@ Status DimensionGauge::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
       bad_frames_->fetch_add(1, std::memory_order_relaxed);
       return Status::error("inspection.measure: " + error, StatusCode::invalid_argument);
     }
-    auto size = gauge(grey, mm_per_px_);
+    std::string reason;
+    auto size = gauge(grey, scale_[k], &reason);
     if (size) {
       sizes.push_back(std::move(*size));
+    } else if (!reason.empty()) {
+      const std::string camera = frame->camera_id() != nullptr ? frame->camera_id()->str() : std::string("camera");
+      reasons += (reasons.empty() ? "" : "; ") + camera + ": " + reason;
     } else {
       no_plate_->fetch_add(1, std::memory_order_relaxed);
     }
@@ -185,6 +215,14 @@ Status DimensionGauge::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   const auto camera = fbb.CreateString("station-" + std::to_string(station));
   flatbuffers::Offset<flatbuffers::String> truth;
   if (first->ground_truth() != nullptr) truth = fbb.CreateString(first->ground_truth());
+  // No camera gave a plate fit to gauge, and at least one said why: the
+  // part gets no verdict, only the reason.
+  flatbuffers::Offset<flatbuffers::String> not_inspected;
+  if (sizes.empty()) {
+    if (reasons.empty()) reasons = "no plate found in any camera";
+    not_inspected = fbb.CreateString(reasons);
+    cannot_inspect_->fetch_add(1, std::memory_order_relaxed);
+  }
   const auto measurement_vector = fbb.CreateVector(measurements);
   schema::VisionResultsBuilder b(fbb);
   b.add_camera_id(camera);
@@ -194,6 +232,7 @@ Status DimensionGauge::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   b.add_partial(partial);
   b.add_station(station);
   if (!truth.IsNull()) b.add_ground_truth(truth);
+  if (!not_inspected.IsNull()) b.add_cannot_inspect(not_inspected);
   fbb.Finish(b.Finish(), schema::VisionResultsIdentifier());
   out.emit(results_, Payload::from_builder(fbb), header);
   return {};

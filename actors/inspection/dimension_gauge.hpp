@@ -33,16 +33,26 @@
 /// plate's frame.
 ///
 /// Parameters (name, default, range):
-///   mm_per_px            0.1   [0.005, 10]  scale at the plate (calibration), both cameras
+///   mm_per_px            0.1   [0.005, 10]  scale at the plate (calibration), camera a (and b
+///                                           unless it has its own)
 ///   calibration          ""                 calibration file (swarmflow calibrate) whose mm_per_px
 ///                                           replaces mm_per_px; fails at start if it has none
+///   mm_per_px_b          0     [0, 10]      camera b's own scale; 0 = camera a's
+///   calibration_b        ""                 camera b's own calibration file (its mm_per_px);
+///                                           "" = mm_per_px_b, or camera a's scale
 ///   tolerance_mm         0.2   [0, 100]     allowed deviation of width and height
 ///   hole_tolerance_mm    0.1   [0, 100]     allowed deviation of a hole's diameter
 ///   variant              auto               the part's drawing, or `auto` (nearest by size)
 ///   drawing_tolerance_mm 3.0   [0, 100]     how far the size may be from a drawing's for `auto`
 ///   station              -1    [-1, 1e6]    the station reported; -1 = from the part id
 /// Counters: `sets`, `partial_sets`, `no_plate` (frames without a plate),
-/// `bad_frames` (malformed frames, which fail the step).
+/// `bad_frames` (malformed frames, which fail the step), `cannot_inspect`
+/// (parts with no verdict, below).
+///
+/// Cannot inspect: a camera whose plate has too little contrast against the
+/// belt (plate_geometry.hpp, kMinContrastRatio) is left out of the set; when
+/// no camera is left (or none found a plate), the result has no measurements
+/// and `cannot_inspect` says why, per camera. It is never given a verdict.
 ///
 /// Assumptions: as inspection.defects (one bright plate on a darker
 /// background, wholly in view, long side within 45 degrees of x); the
@@ -88,6 +98,9 @@ class DimensionGauge final : public Stage {
   OutputPort<schema::VisionResults> results_;
   double mm_per_px_ = 0.1;
   std::string calibration_;
+  double mm_per_px_b_ = 0;
+  std::string calibration_b_;
+  double scale_[2] = {0.1, 0.1};  ///< mm per px of camera a and b, as started
   double tolerance_mm_ = 0.2;
   double hole_tolerance_mm_ = 0.1;
   std::string variant_;
@@ -98,6 +111,7 @@ class DimensionGauge final : public Stage {
   std::atomic<std::int64_t>* partial_sets_ = nullptr;
   std::atomic<std::int64_t>* no_plate_ = nullptr;
   std::atomic<std::int64_t>* bad_frames_ = nullptr;
+  std::atomic<std::int64_t>* cannot_inspect_ = nullptr;
 };
 
 }  // namespace swarmflow::inspection

@@ -54,13 +54,19 @@ class Rng {
 };
 
 // Tags that keep the random streams of different purposes apart.
-enum class Stream : std::uint64_t { part = 1, pose = 2, belt = 3, metal = 4, noise = 5, light = 6, target = 7 };
+enum class Stream : std::uint64_t {
+  part = 1, pose = 2, belt = 3, metal = 4, noise = 5, light = 6, target = 7, shape = 8, glint = 9
+};
 
 // -- the part as machined, in its own frame (mm) -----------------------------
 
 struct DefectShape {
   std::string class_name;
-  std::vector<cv::Point2d> points;  ///< scratch: 2 ends; crack: polyline; pit: centre
+  std::vector<cv::Point2d> points;  ///< scratch: 2 ends or a curved polyline; crack: polyline; pit: centre
+  std::vector<std::vector<cv::Point2d>> branches;  ///< crack: polylines that branch off it
+  std::vector<cv::Point2d> outline;                ///< irregular pit: outline about the centre, mm
+  bool two_tone = false;                           ///< scratch: a dark and a bright wall side by side
+  double bright_wall = 0;                          ///< two-toned scratch: the bright wall's contrast
   std::vector<double> depth;        ///< scratch, crack: contrast factor of each stretch, 0.7..1
   struct Blob {
     double dx, dy, size;  ///< offset and size relative to the pit's main diameters
@@ -109,13 +115,18 @@ double point_segment_distance(cv::Point2d p, cv::Point2d a, cv::Point2d b) {
 
 cv::Rect2d extent_mm(const DefectShape& d) {
   double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
-  for (const auto& p : d.points) {
+  auto grow = [&](cv::Point2d p) {
     x0 = std::min(x0, p.x);
     y0 = std::min(y0, p.y);
     x1 = std::max(x1, p.x);
     y1 = std::max(y1, p.y);
+  };
+  for (const auto& p : d.points) grow(p);
+  for (const auto& b : d.branches) {
+    for (const auto& p : b) grow(p);
   }
-  const double r = d.class_name == "pit" ? d.width_mm * d.aspect / 2 : d.width_mm / 2;
+  // A two-toned scratch's walls lie side by side: twice as wide.
+  const double r = d.class_name == "pit" ? d.width_mm * d.aspect / 2 : d.width_mm * (d.two_tone ? 1.0 : 0.5);
   return {x0 - r, y0 - r, x1 - x0 + 2 * r, y1 - y0 + 2 * r};
 }
 
@@ -132,6 +143,11 @@ bool fits(const DefectShape& d, const PartPlan& plan) {
       for (std::size_t i = 0; i + 1 < d.points.size(); ++i) {
         if (point_segment_distance(c, d.points[i], d.points[i + 1]) < keep) return false;
       }
+      for (const auto& b : d.branches) {
+        for (std::size_t i = 0; i + 1 < b.size(); ++i) {
+          if (point_segment_distance(c, b[i], b[i + 1]) < keep) return false;
+        }
+      }
     }
   }
   for (const auto& other : plan.defects) {
@@ -142,6 +158,88 @@ bool fits(const DefectShape& d, const PartPlan& plan) {
     if ((grown & e).area() > 0) return false;
   }
   return true;
+}
+
+/// A zig-zag of `segments` strokes from `from` about a main direction that
+/// wanders +-10 degrees a segment, turning 30-65 degrees alternately to each
+/// side of it.
+std::vector<cv::Point2d> zig_zag(cv::Point2d from, double heading, int segments, Rng& rng, std::vector<double>* depth) {
+  std::vector<cv::Point2d> points = {from};
+  double side = rng.sign();
+  for (int i = 0; i < segments; ++i) {
+    heading += rng.uniform(-10.0, 10.0) * kPi / 180.0;
+    const double turn = side * rng.uniform(30.0, 65.0) * kPi / 180.0;
+    const double len = rng.uniform(0.7, 1.6);
+    points.push_back(points.back() + len * cv::Point2d(std::cos(heading + turn), std::sin(heading + turn)));
+    if (depth != nullptr) depth->push_back(rng.uniform(0.7, 1.0));
+    side = -side;
+  }
+  return points;
+}
+
+/// The variations of a real part (SyntheticPartsConfig: curved, two_tone,
+/// branching, irregular_pits), drawn from their own random stream so that
+/// with all of them off the parts are exactly those of the plain camera.
+void vary_defect(DefectShape& d, const SyntheticPartsConfig& cfg, Rng& rng) {
+  if (d.class_name == "scratch") {
+    if (cfg.curved > 0) {
+      // An arc (a parabola, for sagittas this small) or an S (one period of
+      // a sine), `sag` at most from the chord.
+      const cv::Point2d a = d.points[0], b = d.points[1];
+      const double length = cv::norm(b - a);
+      const double sag = rng.uniform(0.0, cfg.curved) * length * rng.sign();
+      const bool s_shape = rng.chance(0.5);
+      const cv::Point2d n(-(b - a).y / length, (b - a).x / length);
+      constexpr int kSteps = 24;
+      d.points.clear();
+      for (int i = 0; i <= kSteps; ++i) {
+        const double t = static_cast<double>(i) / kSteps;
+        const double off = s_shape ? sag * std::sin(2 * kPi * t) : 4 * sag * t * (1 - t);
+        d.points.push_back(a + t * (b - a) + off * n);
+      }
+    }
+    if (rng.chance(cfg.two_tone)) {
+      d.two_tone = true;
+      // Each wall at least 0.1 mm wide: a narrower groove's walls would
+      // share a pixel at 0.1 mm/px and cancel out.
+      d.width_mm = std::max(d.width_mm, 0.2);
+      // The wall that faces the light is bright, the other dark.
+      d.bright_wall = std::abs(d.contrast) * rng.uniform(0.6, 1.0);
+      d.contrast = -std::abs(d.contrast);
+    }
+  } else if (d.class_name == "crack") {
+    if (rng.chance(cfg.branching)) {
+      const int count = rng.range(1, 2);
+      for (int k = 0; k < count; ++k) {
+        const auto at = static_cast<std::size_t>(rng.range(1, static_cast<int>(d.points.size()) - 2));
+        const cv::Point2d main = d.points.back() - d.points.front();
+        const double heading = std::atan2(main.y, main.x) + rng.sign() * rng.uniform(35.0, 70.0) * kPi / 180.0;
+        d.branches.push_back(zig_zag(d.points[at], heading, rng.range(2, 5), rng, nullptr));
+      }
+    }
+  } else if (d.class_name == "pit" && cfg.irregular_pits) {
+    // A lobed outline: the ellipse's radius times a few random harmonics.
+    const int vertices = 24;
+    std::array<double, 4> amp{}, phase{};
+    for (std::size_t i = 0; i < amp.size(); ++i) {
+      amp[i] = rng.uniform(0.0, 0.22 / static_cast<double>(i + 1));
+      phase[i] = rng.uniform(0, 2 * kPi);
+    }
+    const double a = d.width_mm * d.aspect / 2, b = d.width_mm / 2;
+    const double ca = std::cos(d.angle), sa = std::sin(d.angle);
+    double reach = 0;
+    for (int i = 0; i < vertices; ++i) {
+      const double t = 2 * kPi * i / vertices;
+      double f = 1;
+      for (std::size_t k = 0; k < amp.size(); ++k) f += amp[k] * std::sin(static_cast<double>(k + 2) * t + phase[k]);
+      const cv::Point2d p(a * f * std::cos(t), b * f * std::sin(t));
+      d.outline.emplace_back(p.x * ca - p.y * sa, p.x * sa + p.y * ca);
+      reach = std::max(reach, cv::norm(d.outline.back()));
+    }
+    d.satellites.clear();
+    d.width_mm = 2 * reach;
+    d.aspect = 1;
+  }
 }
 
 DefectShape random_surface_defect(const std::string& cls, const PartPlan& plan, Rng& rng) {
@@ -210,6 +308,7 @@ PartPlan plan_part(const SyntheticPartsConfig& cfg, std::uint64_t index) {
   plan.texture_v = rng.range(0, 199);
 
   if (!rng.chance(cfg.defect_rate)) return plan;
+  Rng shape_rng(hash_of({cfg.seed, static_cast<std::uint64_t>(cfg.station), index, std::uint64_t(Stream::shape)}));
   int count = 1;
   if (rng.chance(0.45)) ++count;
   if (rng.chance(0.2)) ++count;
@@ -229,6 +328,7 @@ PartPlan plan_part(const SyntheticPartsConfig& cfg, std::uint64_t index) {
     }
     for (int attempt = 0; attempt < 60; ++attempt) {
       DefectShape d = random_surface_defect(cls, plan, rng);
+      vary_defect(d, cfg, shape_rng);
       if (fits(d, plan)) {
         plan.defects.push_back(std::move(d));
         break;
@@ -269,6 +369,8 @@ struct Placement {
 struct PixelDefect {
   std::size_t shape;  ///< index into PartPlan::defects
   std::vector<cv::Point2d> points;
+  std::vector<std::vector<cv::Point2d>> branches;  ///< crack
+  std::vector<cv::Point2d> outline;                ///< irregular pit, in the image
   double width_px;   ///< stroke, or the pit's minor diameter
   double length_px;  ///< the pit's major diameter
   double angle;      ///< the pit's orientation in the image
@@ -277,7 +379,7 @@ struct PixelDefect {
 
 PixelDefect to_pixels(std::size_t index, const Placement& pl, double rotation, const PartPlan& plan) {
   const DefectShape& d = plan.defects[index];
-  PixelDefect out{index, {}, 0, 0, 0, {}};
+  PixelDefect out{index, {}, {}, {}, 0, 0, 0, {}};
   if (d.class_name == "missing_hole") {
     const auto& h = plan.holes[static_cast<std::size_t>(d.hole)];
     const cv::Point2d c = pl.px({h.x_mm, h.y_mm});
@@ -287,6 +389,21 @@ PixelDefect to_pixels(std::size_t index, const Placement& pl, double rotation, c
     return out;
   }
   for (const auto& p : d.points) out.points.push_back(pl.px(p));
+  if (d.class_name == "pit" && !d.outline.empty()) {
+    // An irregular outline, no smaller than kMinPitPx across.
+    const double grow = std::max(1.0, kMinPitPx / (d.width_mm * pl.scale));
+    for (const auto& o : d.outline) out.outline.push_back(pl.px(d.points[0] + o * grow));
+    double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
+    for (const auto& p : out.outline) {
+      x0 = std::min(x0, p.x);
+      y0 = std::min(y0, p.y);
+      x1 = std::max(x1, p.x);
+      y1 = std::max(y1, p.y);
+    }
+    out.width_px = out.length_px = d.width_mm * pl.scale * grow;
+    out.box = {x0, y0, x1 - x0, y1 - y0};
+    return out;
+  }
   if (d.class_name == "pit") {
     out.width_px = std::max(d.width_mm * pl.scale, kMinPitPx);
     out.length_px = out.width_px * d.aspect;
@@ -304,25 +421,82 @@ PixelDefect to_pixels(std::size_t index, const Placement& pl, double rotation, c
     return out;
   }
   out.width_px = std::max(d.width_mm * pl.scale, kMinStrokePx);
+  for (const auto& b : d.branches) {
+    out.branches.emplace_back();
+    for (const auto& p : b) out.branches.back().push_back(pl.px(p));
+  }
   double x0 = std::numeric_limits<double>::max(), y0 = x0, x1 = -x0, y1 = -x0;
-  for (const auto& p : out.points) {
+  auto grow = [&](cv::Point2d p) {
     x0 = std::min(x0, p.x);
     y0 = std::min(y0, p.y);
     x1 = std::max(x1, p.x);
     y1 = std::max(y1, p.y);
+  };
+  for (const auto& p : out.points) grow(p);
+  for (const auto& b : out.branches) {
+    for (const auto& p : b) grow(p);
   }
-  const double r = out.width_px / 2;
+  const double r = d.two_tone ? out.width_px : out.width_px / 2;
   out.box = {x0 - r, y0 - r, x1 - x0 + 2 * r, y1 - y0 + 2 * r};
   return out;
 }
+
+/// A specular glint on the plate: a saturated core and a halo that fades
+/// as a Gaussian, in pixels of the ideal image.
+struct GlintSpot {
+  cv::Point2d centre;
+  double core_px = 0, halo_px = 0, peak = 0;
+};
 
 struct FramePlan {
   PartPlan part;
   Pose pose;
   Placement placement;
   std::vector<PixelDefect> defects;
+  std::vector<GlintSpot> glints;
   PartTruth truth;
 };
+
+/// Up to `cfg.glints` glints on the plate, per camera (a glint depends on
+/// where the camera looks from), kept 3 mm from the plate's edges, 2.5 mm
+/// from holes and 2 mm from defects, halo (3 sigma) included.
+std::vector<GlintSpot> plan_glints(const SyntheticPartsConfig& cfg, std::uint64_t index, const PartPlan& plan,
+                                   const Placement& pl) {
+  std::vector<GlintSpot> out;
+  if (cfg.glints <= 0) return out;
+  Rng rng(hash_of({cfg.seed, static_cast<std::uint64_t>(cfg.station), static_cast<std::uint64_t>(cfg.camera), index,
+                   std::uint64_t(Stream::glint)}));
+  const int count = rng.range(1, cfg.glints);
+  std::vector<cv::Rect2d> taken;
+  for (const auto& d : plan.defects) {
+    if (d.class_name != "missing_hole") taken.push_back(extent_mm(d));
+  }
+  for (int i = 0; i < count; ++i) {
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      // Specular light outshines the diffuse: the core saturates however dim
+      // the lighting is there.
+      const double core = rng.uniform(0.3, 1.0), halo = rng.uniform(1.0, 2.5), peak = rng.uniform(260.0, 400.0);
+      const double reach = core + 3 * halo;  // where the halo has faded to 1 % of its peak
+      const cv::Point2d c(rng.uniform(-plan.width_mm / 2, plan.width_mm / 2),
+                          rng.uniform(-plan.height_mm / 2, plan.height_mm / 2));
+      if (std::abs(c.x) > plan.width_mm / 2 - kEdgeMarginMm - reach ||
+          std::abs(c.y) > plan.height_mm / 2 - kEdgeMarginMm - reach) {
+        continue;
+      }
+      const bool near_hole = std::any_of(plan.holes.begin(), plan.holes.end(), [&](const HoleTruth& h) {
+        return std::hypot(h.x_mm - c.x, h.y_mm - c.y) < h.diameter_mm / 2 + kHoleMarginMm + reach;
+      });
+      const cv::Rect2d box(c.x - reach - 2, c.y - reach - 2, 2 * reach + 4, 2 * reach + 4);
+      const bool near_other =
+          std::any_of(taken.begin(), taken.end(), [&](const cv::Rect2d& t) { return (t & box).area() > 0; });
+      if (near_hole || near_other) continue;
+      taken.push_back(box);
+      out.push_back(GlintSpot{pl.px(c), core * pl.scale, halo * pl.scale, peak});
+      break;
+    }
+  }
+  return out;
+}
 
 /// The box that holds `box` as the lens shows it.
 cv::Rect2d distort_box(const SyntheticPartsConfig& cfg, const cv::Rect2d& box) {
@@ -369,6 +543,14 @@ FramePlan plan_frame(const SyntheticPartsConfig& cfg, std::uint64_t index) {
                                     static_cast<float>(box.width), static_cast<float>(box.height),
                                     static_cast<float>(d.contrast)});
     f.defects.push_back(std::move(p));
+  }
+  f.glints = plan_glints(cfg, index, f.part, f.placement);
+  for (const auto& g : f.glints) {
+    const double reach = g.core_px + 2 * g.halo_px;
+    const cv::Rect2d box =
+        distort_box(cfg, cv::Rect2d(g.centre.x - reach, g.centre.y - reach, 2 * reach, 2 * reach)) & frame;
+    t.glints.push_back(PartTruth::Glint{static_cast<float>(box.x), static_cast<float>(box.y),
+                                        static_cast<float>(box.width), static_cast<float>(box.height)});
   }
   return f;
 }
@@ -550,7 +732,8 @@ SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), p
     coarse = wrap_blur(coarse, 6.0, 3.0);
     normalise(fine, 2.5);
     normalise(coarse, 3.0);
-    const double level = rng.uniform(38.0, 50.0);
+    const double drawn = rng.uniform(38.0, 50.0);
+    const double level = config_.belt_level > 0 ? config_.belt_level : drawn;
     // A weave of about 0.8 x 0.6 mm, a whole number of times in the tile so it repeats seamlessly.
     const double weaves = std::max(1.0, std::round(period * config_.mm_per_px / 0.8));
     const double weave_x = 2 * kPi * weaves / period, weave_y = 2 * kPi / 0.6 * config_.mm_per_px;
@@ -607,19 +790,27 @@ SyntheticParts::SyntheticParts(SyntheticPartsConfig config) : config_(config), p
   {
     Rng rng(hash_of({config_.seed, station, camera, std::uint64_t(Stream::light)}));
     const double half_diag = std::hypot(w, h) / 2;
-    const double k = rng.uniform(0.25, 0.45);
+    const double k = rng.uniform(0.25, 0.45) + config_.vignette;
     const double gdir = rng.uniform(0, 2 * kPi), gmag = rng.uniform(0.08, 0.22);
     const double vx = w / 2.0 + rng.uniform(-0.15, 0.15) * w, vy = h / 2.0 + rng.uniform(-0.15, 0.15) * h;
     const double level = rng.uniform(0.98, 1.08);
+    // Side light: a steeper gradient of its own direction (drawn last, so the
+    // plain camera's lighting is unchanged).
+    const double sdir = rng.uniform(0, 2 * kPi);
+    const double sx = config_.side_light * std::cos(sdir), sy = config_.side_light * std::sin(sdir);
+    // Side light dims the far side rather than brightening the near one: the
+    // exposure is set for the brightest metal, as on a line.
+    const double side_dim = std::exp(-config_.side_light);
     std::vector<double> lx(static_cast<std::size_t>(w)), ly(static_cast<std::size_t>(h));
     for (int x = 0; x < w; ++x) {
       const double dx = (x - vx) / half_diag;
       lx[static_cast<std::size_t>(x)] =
-          level * std::exp(gmag * std::cos(gdir) * (x - w / 2.0) / half_diag - k * dx * dx);
+          level * side_dim * std::exp((gmag * std::cos(gdir) + sx) * (x - w / 2.0) / half_diag - k * dx * dx);
     }
     for (int y = 0; y < h; ++y) {
       const double dy = (y - vy) / half_diag;
-      ly[static_cast<std::size_t>(y)] = std::exp(gmag * std::sin(gdir) * (y - h / 2.0) / half_diag - k * dy * dy);
+      ly[static_cast<std::size_t>(y)] =
+          std::exp((gmag * std::sin(gdir) + sy) * (y - h / 2.0) / half_diag - k * dy * dy);
     }
     pre_->light_max = *std::max_element(lx.begin(), lx.end()) * *std::max_element(ly.begin(), ly.end());
     pre_->light.create(h, w, CV_8U);
@@ -802,7 +993,13 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
       return cv::Point(static_cast<int>(std::lround((p.x - roi.x) * kSub)),
                        static_cast<int>(std::lround((p.y - roi.y) * kSub)));
     };
-    if (shape.class_name == "pit") {
+    cv::Mat bright;  // the bright wall of a two-toned scratch
+    if (shape.class_name == "pit" && !d.outline.empty()) {
+      std::vector<cv::Point> poly;
+      for (const auto& o : d.outline) poly.push_back(local(o));
+      cv::fillPoly(mask, std::vector<std::vector<cv::Point>>{poly}, cv::Scalar(255), cv::LINE_AA, kShift);
+      cv::GaussianBlur(mask, mask, cv::Size(3, 3), 0.5);
+    } else if (shape.class_name == "pit") {
       // A main ellipse and its satellites (offsets and sizes relative to the
       // main diameters), softened by a slight blur.
       const double ca = std::cos(d.angle), sa = std::sin(d.angle);
@@ -829,23 +1026,70 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
           path.push_back(d.points[0] + t * (d.points[1] - d.points[0]));
         }
       }
-      for (std::size_t i = 0; i + 1 < path.size(); ++i) {
-        const double depth = i < st.size() ? st[i] : 1.0;
-        cv::line(mask, local(path[i]), local(path[i + 1]), cv::Scalar(255 * depth), thickness, cv::LINE_AA, kShift);
+      auto depth_at = [&](std::size_t i) {
+        if (st.empty()) return 1.0;
+        return st[std::min(st.size() - 1, i * st.size() / (path.size() - 1))];
+      };
+      auto stroke = [&](cv::Mat& m, const std::vector<cv::Point2d>& line, double shift_px, bool fixed_depth) {
+        for (std::size_t i = 0; i + 1 < line.size(); ++i) {
+          cv::Point2d a = line[i], b = line[i + 1];
+          if (shift_px != 0) {
+            const cv::Point2d dir = (b - a) * (1.0 / std::max(1e-9, cv::norm(b - a)));
+            const cv::Point2d n(-dir.y * shift_px, dir.x * shift_px);
+            a += n;
+            b += n;
+          }
+          const double depth = fixed_depth ? 0.85 : depth_at(i);
+          cv::line(m, local(a), local(b), cv::Scalar(255 * depth), thickness, cv::LINE_AA, kShift);
+        }
+      };
+      if (shape.two_tone) {
+        // A groove under side light: the shaded wall dark, the lit one bright.
+        bright = cv::Mat::zeros(roi.size(), CV_8U);
+        const double half = std::max(0.5, d.width_px / 2);
+        stroke(mask, path, -half, false);
+        stroke(bright, path, half, false);
+      } else {
+        stroke(mask, path, 0, false);
       }
+      for (const auto& b : d.branches) stroke(mask, b, 0, true);
     }
-    const auto contrast = static_cast<float>(shape.contrast / 255.0);
-    for (int y = 0; y < roi.height; ++y) {
-      const auto* m = mask.ptr<std::uint8_t>(y);
-      auto* r = reflect.ptr<std::uint8_t>(roi.y + y) + roi.x;
-      for (int x = 0; x < roi.width; ++x) {
-        if (m[x] == 0) continue;
-        r[x] = cv::saturate_cast<std::uint8_t>(static_cast<float>(r[x]) + contrast * static_cast<float>(m[x]));
+    auto add = [&](const cv::Mat& m_, double grey) {
+      const auto contrast = static_cast<float>(grey / 255.0);
+      for (int y = 0; y < roi.height; ++y) {
+        const auto* m = m_.ptr<std::uint8_t>(y);
+        auto* r = reflect.ptr<std::uint8_t>(roi.y + y) + roi.x;
+        for (int x = 0; x < roi.width; ++x) {
+          if (m[x] == 0) continue;
+          r[x] = cv::saturate_cast<std::uint8_t>(static_cast<float>(r[x]) + contrast * static_cast<float>(m[x]));
+        }
+      }
+    };
+    add(mask, shape.contrast);
+    if (!bright.empty()) add(bright, shape.bright_wall);
+  }
+
+  // Specular glints: light added after the lighting, which saturates.
+  cv::Mat glare;
+  if (!f.glints.empty()) {
+    glare = cv::Mat::zeros(h, w, CV_8U);
+    for (const auto& g : f.glints) {
+      const double reach = g.core_px + 3 * g.halo_px;
+      const int x0 = std::max(0, static_cast<int>(g.centre.x - reach)), x1 = std::min(w - 1, static_cast<int>(g.centre.x + reach) + 1);
+      const int y0 = std::max(0, static_cast<int>(g.centre.y - reach)), y1 = std::min(h - 1, static_cast<int>(g.centre.y + reach) + 1);
+      for (int y = y0; y <= y1; ++y) {
+        auto* r = glare.ptr<std::uint8_t>(y);
+        for (int x = x0; x <= x1; ++x) {
+          const double dist = std::hypot(x - g.centre.x, y - g.centre.y);
+          const double t = dist <= g.core_px ? 1.0 : std::exp(-0.5 * std::pow((dist - g.core_px) / g.halo_px, 2));
+          r[x] = cv::saturate_cast<std::uint8_t>(r[x] + g.peak * t);
+        }
       }
     }
   }
 
-  expose(reflect, f.pose.blur_px, f.pose.gain, f.pose.noise_x, f.pose.noise_y, bgr, stride);
+  expose(reflect, f.pose.blur_px, f.pose.gain, f.pose.noise_x, f.pose.noise_y, bgr, stride,
+         glare.empty() ? nullptr : &glare);
   return f.truth;
 }
 
@@ -893,7 +1137,7 @@ PartTruth SyntheticParts::render_target(std::uint64_t index, std::uint8_t* bgr, 
 }
 
 void SyntheticParts::expose(cv::Mat& reflect, double blur_px, double gain, int noise_x, int noise_y,
-                            std::uint8_t* bgr, std::size_t stride) const {
+                            std::uint8_t* bgr, std::size_t stride, const cv::Mat* glare) const {
   // Exposure: motion blur along the belt, lighting, the lens, sensor noise (a
   // tile at a random offset, added as its positive and negative parts), then
   // written once into the caller's buffer as BGR.
@@ -908,6 +1152,7 @@ void SyntheticParts::expose(cv::Mat& reflect, double blur_px, double gain, int n
     exposed = reflect;
   }
   cv::multiply(exposed, pre.light, exposed, gain * pre.light_max / 255.0);
+  if (glare != nullptr) cv::add(exposed, *glare, exposed);
   if (!pre.lens_x.empty()) {
     cv::Mat seen;
     cv::remap(exposed, seen, pre.lens_x, pre.lens_y, cv::INTER_LINEAR, cv::BORDER_REPLICATE);
@@ -1000,10 +1245,27 @@ bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, s
         c.square_mm = as_double(0.5, 500.0);
       } else if (key == "max_tilt_deg") {
         c.max_tilt_deg = as_double(0.0, 60.0);
+      } else if (key == "curved") {
+        c.curved = as_double(0.0, 0.2);
+      } else if (key == "two_tone") {
+        c.two_tone = as_double(0.0, 1.0);
+      } else if (key == "branching") {
+        c.branching = as_double(0.0, 1.0);
+      } else if (key == "irregular_pits") {
+        c.irregular_pits = as_int(0, 1) != 0;
+      } else if (key == "glints") {
+        c.glints = static_cast<int>(as_int(0, 8));
+      } else if (key == "side_light") {
+        c.side_light = as_double(0.0, 1.5);
+      } else if (key == "vignette") {
+        c.vignette = as_double(0.0, 3.0);
+      } else if (key == "belt_level") {
+        c.belt_level = as_double(0.0, 200.0);
       } else {
         return fail("unknown key '" + key +
                     "' in " + prefix + " (known: seed, width, height, station, camera, mm_per_px, "
-                    "defect_rate, noise_sigma, k1, board, square_mm, max_tilt_deg)");
+                    "defect_rate, noise_sigma, k1, board, square_mm, max_tilt_deg, curved, two_tone, "
+                    "branching, irregular_pits, glints, side_light, vignette, belt_level)");
       }
     } catch (const std::exception&) {
       return fail("bad value '" + value + "' for '" + key + "' in " + uri);
@@ -1042,6 +1304,10 @@ std::string to_json(const PartTruth& t) {
   for (const auto& d : t.defects) {
     j["defects"].push_back({{"class", d.class_name}, {"box", {d.x, d.y, d.width, d.height}}, {"contrast", d.contrast}});
   }
+  if (!t.glints.empty()) {
+    j["glints"] = nlohmann::json::array();
+    for (const auto& g : t.glints) j["glints"].push_back({g.x, g.y, g.width, g.height});
+  }
   return j.dump();
 }
 
@@ -1074,6 +1340,10 @@ std::optional<PartTruth> parse_truth(std::string_view json) {
       if (!box.is_array() || box.size() != 4) return std::nullopt;
       t.defects.push_back(DefectTruth{d.at("class").get<std::string>(), box[0].get<float>(), box[1].get<float>(),
                                       box[2].get<float>(), box[3].get<float>(), d.value("contrast", 0.0F)});
+    }
+    for (const auto& g : j.value("glints", nlohmann::json::array())) {
+      if (!g.is_array() || g.size() != 4) return std::nullopt;
+      t.glints.push_back(PartTruth::Glint{g[0].get<float>(), g[1].get<float>(), g[2].get<float>(), g[3].get<float>()});
     }
     return t;
   } catch (const nlohmann::json::exception&) {

@@ -55,6 +55,12 @@ struct PartTruth {
   /// square and the board's tilt against the working plane.
   double square_mm = 0;
   double tilt_deg = 0;
+  /// Specular glints on the plate (`glints=`): boxes of each glint with its
+  /// halo, in pixels. They are not defects; a detector must not report them.
+  struct Glint {
+    float x = 0, y = 0, width = 0, height = 0;
+  };
+  std::vector<Glint> glints;
 };
 
 /// The drawing of one part variant: nominal outer size and hole pattern, in mm,
@@ -115,6 +121,30 @@ struct SyntheticPartsConfig {
   int board_rows = 6;
   double square_mm = 10.0;
   double max_tilt_deg = 25.0;
+  // -- defects and light as a real line shows them (all off by default) ----
+  /// Largest sagitta of a scratch as a fraction of its length: each scratch
+  /// is an arc or an S-shape with a sagitta uniform in [0, curved] x length.
+  /// [0, 0.2]; 0 = straight.
+  double curved = 0.0;
+  /// Chance that a scratch shows a bright and a dark wall side by side (a
+  /// groove under side light). [0, 1].
+  double two_tone = 0.0;
+  /// Chance that a crack has one or two branches. [0, 1].
+  double branching = 0.0;
+  /// Pits have an irregular, lobed outline instead of an ellipse with
+  /// satellite blobs.
+  bool irregular_pits = false;
+  /// Specular glints per part, 0-`glints` (a saturated core with a halo). [0, 8].
+  int glints = 0;
+  /// Extra directional light: the lighting changes by a factor exp(side_light)
+  /// from the image centre to the end of the half diagonal, along a random
+  /// direction. [0, 1.5].
+  double side_light = 0.0;
+  /// Extra vignetting: added to the vignette's k (lighting falls as
+  /// exp(-k r^2), r in half diagonals). [0, 3].
+  double vignette = 0.0;
+  /// Grey level (reflectance) of the belt; 0 = the default dark belt (38-50). [0, 200].
+  double belt_level = 0.0;
 };
 
 /// Where the lens of `config` shows a point of the ideal image (pixels).
@@ -152,8 +182,10 @@ class SyntheticParts {
   struct Precomputed;
   PartTruth render_target(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const;
   /// Blur along the belt, lighting, lens, sensor noise; then BGR into `bgr`.
+  /// `glare` (CV_8U, optional) is added after the lighting: specular light,
+  /// which saturates the sensor.
   void expose(cv::Mat& reflect, double blur_px, double gain, int noise_x, int noise_y, std::uint8_t* bgr,
-              std::size_t stride) const;
+              std::size_t stride, const cv::Mat* glare = nullptr) const;
   SyntheticPartsConfig config_;
   std::unique_ptr<Precomputed> pre_;
 };

@@ -29,7 +29,8 @@ struct Found {
   float x, y, w, h;
 };
 
-Envelope defects_result(std::uint64_t part, int camera, const std::vector<Found>& found) {
+Envelope defects_result(std::uint64_t part, int camera, const std::vector<Found>& found,
+                        const std::string& cannot_inspect = "") {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<schema::Defect>> defects;
   for (const auto& f : found) {
@@ -39,7 +40,10 @@ Envelope defects_result(std::uint64_t part, int camera, const std::vector<Found>
   auto camera_id = fbb.CreateString("cam" + std::to_string(camera));
   auto truth = fbb.CreateString(video::to_json(truth_of(part, camera)));
   auto list = fbb.CreateVector(defects);
+  flatbuffers::Offset<flatbuffers::String> reason;
+  if (!cannot_inspect.empty()) reason = fbb.CreateString(cannot_inspect);
   schema::VisionResultsBuilder b(fbb);
+  if (!reason.IsNull()) b.add_cannot_inspect(reason);
   b.add_camera_id(camera_id);
   b.add_part_id(part);
   b.add_defects(list);
@@ -110,6 +114,35 @@ TEST(BatchQuality, IncompletePartsEndInAPartialLastBatch) {
   const auto& q = dynamic_cast<const BatchQuality&>(r.stage());
   EXPECT_EQ(q.parts(), 1U);
   EXPECT_EQ(q.passed(), 1U);
+}
+
+TEST(BatchQuality, APartThatCannotBeInspectedGetsNoVerdict) {
+  StageRunner r(std::make_unique<BatchQuality>(), "quality");
+  ASSERT_TRUE(r.set("batch_parts", std::int64_t{3}).ok());
+  ASSERT_TRUE(r.set("summary", false).ok());
+  ASSERT_TRUE(r.set("measured", false).ok());
+  ASSERT_TRUE(r.start().ok());
+  // Part 7: one camera could not inspect its frame; the other saw nothing.
+  // Part 8: clean. Part 9: a scratch found.
+  ASSERT_TRUE(r.feed("defects", defects_result(7, 0, {}, "specular glare over 20.0 % of the surface")).ok());
+  ASSERT_TRUE(r.feed("defects", defects_result(7, 1, {})).ok());
+  ASSERT_TRUE(r.feed("defects", defects_result(8, 0, {})).ok());
+  ASSERT_TRUE(r.feed("defects", defects_result(8, 1, {})).ok());
+  ASSERT_TRUE(r.feed("defects", defects_result(9, 0, {{"scratch", 100, 100, 60, 4}})).ok());
+  ASSERT_TRUE(r.feed("defects", defects_result(9, 1, {{"scratch", 100, 100, 60, 4}})).ok());
+  ASSERT_EQ(r.output("reports").size(), 1U);
+  const auto* report = r.output("reports")[0].as<schema::BatchReport>();
+  EXPECT_EQ(report->parts(), 3U);
+  EXPECT_EQ(report->not_inspected(), 1U);
+  EXPECT_EQ(report->passed(), 1U) << "part 7 is neither passed nor failed";
+  EXPECT_DOUBLE_EQ(report->yield(), 0.5) << "yield is over the inspected parts";
+  ASSERT_EQ(report->not_inspected_by_reason()->size(), 1U);
+  EXPECT_EQ(report->not_inspected_by_reason()->Get(0)->name()->str(), "specular glare");
+  const auto& q = dynamic_cast<const BatchQuality&>(r.stage());
+  EXPECT_EQ(q.not_inspected(), 1U);
+  // The frame that was not inspected is not scored: its true scratch is no
+  // false negative. Part 7's camera 1 and part 8's two cameras missed theirs.
+  EXPECT_EQ(q.scores().at("scratch").false_negatives, 3U);
 }
 
 }  // namespace

@@ -249,6 +249,9 @@ TEST(DefectsStage, EmptyBeltGivesNoDefects) {
   EXPECT_EQ(r->defects()->size(), 0U);
   EXPECT_EQ(r->station(), -1);
   EXPECT_EQ(stage->counter_value("no_plate"), 1);
+  // No plate, no verdict: the frame is flagged, not passed.
+  ASSERT_NE(r->cannot_inspect(), nullptr);
+  EXPECT_NE(r->cannot_inspect()->str().find("no plate"), std::string::npos);
 }
 
 }  // namespace

@@ -183,6 +183,39 @@ TEST(MeasureStage, UnjoinedEnvelopeIsMeasuredAlone) {
   EXPECT_LE(std::max(e.outer, e.hole), 0.1);
 }
 
+TEST(MeasureStage, EachCameraHasItsOwnScale) {
+  // Camera b sits higher: 0.25 mm a pixel against camera a's 0.2.
+  const video::SyntheticParts cam0(camera_config(1, 0, 960, 540, 0.2));
+  const video::SyntheticParts cam1(camera_config(1, 1, 960, 540, 0.25));
+  double error_own = 0, error_shared = 0;
+  for (const bool own : {true, false}) {
+    auto stage = std::make_unique<StageRunner>(inspection_registry(), "inspection.measure", "measure");
+    ASSERT_TRUE(stage->set("mm_per_px", 0.2).ok());
+    if (own) {
+      ASSERT_TRUE(stage->set("mm_per_px_b", 0.25).ok());
+    }
+    ASSERT_TRUE(stage->start().ok());
+    for (std::uint64_t i = 0; i < 6; ++i) {
+      video::PartTruth truth;
+      const Envelope a = render_frame(cam0, i, true, &truth);
+      const Envelope b = render_frame(cam1, i, true);
+      Status s;
+      const auto out = step_joined(*stage, &a, &b, false, &s);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(out.size(), 1U);
+      const auto* r = out[0].as<schema::VisionResults>();
+      const auto* width = find_measurement(*r, "width");
+      ASSERT_NE(width, nullptr);
+      double& e = own ? error_own : error_shared;
+      e = std::max(e, std::abs(width->value() - truth.width_mm));
+    }
+  }
+  std::cout << "[inspection.measure] camera b at 0.25 mm/px: largest width error " << error_own
+            << " mm with its own scale, " << error_shared << " mm with camera a's\n";
+  EXPECT_LE(error_own, 0.1);
+  EXPECT_GT(error_shared, 5.0);
+}
+
 TEST(MeasureStage, WorksWithoutGroundTruth) {
   auto stage = measure_stage(0.2);
   ASSERT_TRUE(stage->set("tolerance_mm", 0.25).ok());
