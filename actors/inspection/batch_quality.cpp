@@ -364,7 +364,7 @@ bool BatchQuality::snapshot(std::string& out) const {
     for (const auto& d : p.detections) detections.push_back({d.class_name, d.camera});
     return nlohmann::json{{"id", p.id},          {"results", p.results},       {"measured", p.measured},
                           {"oot", p.out_of_tolerance}, {"detections", detections}, {"scores", tally_json(p.scores)},
-                          {"errors", p.errors_mm}};
+                          {"errors", p.errors_mm},     {"not_inspected", p.not_inspected}};
   };
   nlohmann::json j;
   j["open"] = nlohmann::json::array();
@@ -381,6 +381,8 @@ bool BatchQuality::snapshot(std::string& out) const {
   j["passed"] = total_passed_;
   j["partial"] = total_partial_;
   j["error"] = {total_error_max_, total_error_sum_, total_error_count_};
+  j["not_inspected"] = total_not_inspected_;
+  j["not_inspected_by_reason"] = total_not_inspected_by_reason_;
   const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(j);
   out.assign(bytes.begin(), bytes.end());
   return true;
@@ -400,6 +402,7 @@ Status BatchQuality::restore(const std::string& state) {
       }
       part.scores = tally_from(p.at("scores"));
       part.errors_mm = p.at("errors").get<std::vector<double>>();
+      part.not_inspected = p.at("not_inspected").get<std::vector<std::string>>();
       return part;
     };
     open_.clear();
@@ -422,6 +425,8 @@ Status BatchQuality::restore(const std::string& state) {
     total_error_max_ = j.at("error").at(0).get<double>();
     total_error_sum_ = j.at("error").at(1).get<double>();
     total_error_count_ = j.at("error").at(2).get<std::uint64_t>();
+    total_not_inspected_ = j.at("not_inspected").get<std::uint64_t>();
+    total_not_inspected_by_reason_ = j.at("not_inspected_by_reason").get<std::map<std::string, std::uint64_t>>();
   } catch (const std::exception& ex) {
     return Status::error(std::string("inspection.batch_quality: a snapshot it cannot read: ") + ex.what(),
                          StatusCode::invalid_argument);

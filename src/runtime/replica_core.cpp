@@ -520,9 +520,13 @@ void ReplicaCore::remember(Upstream& up, const Item& item) {
   up.seen[up.next] = key;
   if (++up.next == up.seen.size()) up.next = 0;
   if (up.filled < up.seen.size()) ++up.filled;
-  // Processed from an old incarnation after its producer moved: the new
-  // one may send it again.
-  if (up.dedup && item.generation != up.generation) ++up.dedup->processed[key];
+  // While a producer placed anew may send again what was processed here,
+  // every key processed counts: one from the old incarnation processed
+  // after the move (queued, or arriving late from a unit that was told
+  // later), and one the old incarnation sent that got here stamped as the
+  // new one's (a late message the receiving unit let through before it
+  // took the new placement up). Each key is processed once.
+  if (up.dedup) ++up.dedup->processed[key];
 }
 
 bool ReplicaCore::is_duplicate(Upstream& up, const EnvelopeHeader& h) {

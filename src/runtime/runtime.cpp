@@ -561,6 +561,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     }
   }
 
+  /// How often a running unit tells the coordinator its placement anyway.
+  static constexpr std::int64_t kUnitStateEveryNs = 1'000'000'000;
+  std::int64_t state_told_ns = 0;
+
   /// A coordinator not heard before (one started again while the run goes
   /// on) is told the placement this unit runs by, so that it takes over.
   void tell_new_coordinator() {
@@ -572,7 +576,11 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       unit_side->new_coordinator = false;
       running = unit_side->go;
     }
-    if (!tell || !running) return;
+    // Also once a second: a coordinator started again takes over from what
+    // the units say, and one UnitState may be lost while it connects.
+    const std::int64_t now = steady_now_ns();
+    if (!running || (!tell && now - state_told_ns < kUnitStateEveryNs)) return;
+    state_told_ns = now;
     const auto table = run->table();
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (!local[u]) continue;
