@@ -133,6 +133,14 @@ struct FailoverReport {
   /// anew (an envelope processed or a source's output), in ms; -1 when none
   /// has finished one (nothing moved, or the run ended first).
   double first_output_ms = -1;
+  /// Envelopes producers sent again to the replicas it placed anew, and the
+  /// duplicates consumers dropped because of it (what the replacements sent
+  /// again, and replayed inputs a restored replica had seen).
+  std::uint64_t replayed = 0;
+  std::uint64_t duplicates_dropped = 0;
+  /// Why each of `lost` was lost, in the same order (and, where its position
+  /// was known, how much it had sent).
+  std::vector<std::string> lost_why;
 };
 
 /// The whole run.

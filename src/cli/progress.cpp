@@ -179,9 +179,13 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
       std::string moved;
       for (const auto& m : f.moved) moved += (moved.empty() ? "" : ", ") + m;
       std::string lost;
-      for (const auto& l : f.lost) lost += (lost.empty() ? "" : ", ") + l;
+      for (std::size_t i = 0; i < f.lost.size(); ++i) {
+        lost += (lost.empty() ? "" : ", ") + f.lost[i];
+        if (i < f.lost_why.size()) lost += " (" + f.lost_why[i] + ")";
+      }
       std::string first;
       if (f.first_output_ms >= 0) first = format("; first output %.1f ms after", f.first_output_ms);
+      first += format("; replayed %" PRIu64 ", duplicates dropped %" PRIu64, f.replayed, f.duplicates_dropped);
       const std::string what = f.cause == "left" ? std::string("left") : format("dead (silent %" PRId64 " ms)", f.silent_ms);
       out += format("  %8.2f s  unit %s %s, epoch %u: %s%s%s%s\n", f.detected_s, f.unit.c_str(), what.c_str(), f.epoch, moved.empty() ? "nothing moved" : moved.c_str(),
                     first.c_str(), lost.empty() ? "" : "; lost with it (what they had not sent): ", lost.c_str());

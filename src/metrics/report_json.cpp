@@ -120,6 +120,9 @@ std::string RunReport::to_json() const {
     fj["moved"] = f.moved;
     fj["lost"] = f.lost;
     fj["first_output_ms"] = f.first_output_ms >= 0 ? Json(f.first_output_ms) : Json(nullptr);
+    fj["replayed"] = f.replayed;
+    fj["duplicates_dropped"] = f.duplicates_dropped;
+    fj["lost_why"] = f.lost_why;
     failovers_j.push_back(std::move(fj));
   }
   j["failovers"] = std::move(failovers_j);

@@ -326,7 +326,19 @@ struct State {
                                                                          [static_cast<std::size_t>(m.second)])]
                                  .id);
     }
-    for (const auto& l : plan.lost) report.lost.push_back(name(l));
+    for (const auto& l : plan.lost) {
+      report.lost.push_back(name(l));
+      // Why: with a position kept here it could have restarted, unless its
+      // placement allows no unit left; without one, what it had not sent is gone.
+      const auto it = snapshots.find(l);
+      std::string why;
+      if (it != snapshots.end() && it->second) {
+        why = "its placement allows no unit left; it had sent at least " + std::to_string(it->second->processed);
+      } else {
+        why = "no position of it was kept off its unit (only synthetic cameras and sim.source keep one)";
+      }
+      report.lost_why.push_back(std::move(why));
+    }
     std::string moved;
     for (const auto& m : report.moved) moved += (moved.empty() ? "" : ", ") + m;
     std::string lost_replicas;

@@ -352,7 +352,13 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     const bool remote = e < change.remote_consumers.size() && r < change.remote_consumers[e].size() &&
                         change.remote_consumers[e][r];
     dispatches_.clear();
+    const std::uint64_t before = out.router.replayed();
     out.router.replace(replica, remote, dispatches_);
+    if (change.epoch > 0) {
+      const auto again = out.router.replayed() - before + out.router.replaying(replica);
+      setup_.stats->counter("failover." + std::to_string(change.epoch) + ".replayed")
+          .fetch_add(static_cast<std::int64_t>(again), std::memory_order_relaxed);
+    }
     send_dispatches(out);
     // The new placement has not seen the mark: it follows the replay.
     if (out.eos_sent[r]) {
@@ -372,7 +378,7 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     forget_producer(index, from);
     // Its new incarnation makes again what its inputs' replay makes: what
     // this replica processed of that is recognised by (stream, seq).
-    expect_duplicates(in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)]);
+    expect_duplicates(in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)], change.epoch);
   }
   for (const auto& [edge, from] : change.lost_producers) {
     const int index = in_edge(edge, from);
@@ -392,8 +398,9 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
   end_event();
 }
 
-void ReplicaCore::expect_duplicates(Upstream& up) {
+void ReplicaCore::expect_duplicates(Upstream& up, std::uint32_t epoch) {
   up.dedup = std::make_unique<Dedup>();
+  if (epoch > 0) up.dedup->counter = &setup_.stats->counter("failover." + std::to_string(epoch) + ".duplicates");
   up.dedup->left = up.seen.size();
   up.dedup->processed.reserve(up.filled);
   for (std::size_t i = 0; i < up.filled; ++i) ++up.dedup->processed[up.seen[i]];
@@ -536,6 +543,7 @@ bool ReplicaCore::is_duplicate(Upstream& up, const EnvelopeHeader& h) {
   if (it != d.processed.end() && it->second > 0) {
     --it->second;
     duplicate = true;
+    if (d.counter != nullptr) d.counter->fetch_add(1, std::memory_order_relaxed);
   }
   if (--d.left == 0) up.dedup.reset();
   return duplicate;
@@ -989,7 +997,7 @@ bool ReplicaCore::restore_state() {
       if (++up.next == up.seen.size()) up.next = 0;
       ++up.filled;
     }
-    expect_duplicates(up);
+    expect_duplicates(up, setup_.epoch);
   }
   setup_.stats->counter("restored").fetch_add(1, std::memory_order_relaxed);
   return true;

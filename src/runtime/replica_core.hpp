@@ -79,6 +79,9 @@ struct ReplicaSetup {
   /// The state to start from: the latest snapshot of this replica where it
   /// ran before (a failover), or null.
   std::shared_ptr<const ReplicaSnapshot> restore;
+  /// The placement epoch the replica starts in (a restored one counts the
+  /// duplicates its restore leads to under that failover).
+  std::uint32_t epoch = 0;
 };
 
 /// A new placement, as one replica sees it (all pairs are (edge id, replica)).
@@ -98,6 +101,10 @@ struct PlacementChange {
   /// In-edges' producer replicas gone for good (a source on a dead unit): they
   /// count as ended.
   std::vector<std::pair<int, int>> lost_producers;
+  /// The placement epoch it starts (its failover): what it replays and the
+  /// duplicates it leads to are counted as `failover.<epoch>.replayed` and
+  /// `failover.<epoch>.duplicates` in the replica's counters.
+  std::uint32_t epoch = 0;
 };
 
 /// One replica's decisions. Not thread-safe: one event at a time, as an actor
@@ -179,6 +186,7 @@ class ReplicaCore final : public StageContext {
   struct Dedup {
     std::unordered_map<Key, int, KeyHash> processed;
     std::size_t left = 0;  ///< arrivals still to check
+    std::atomic<std::int64_t>* counter = nullptr;  ///< failover.<epoch>.duplicates, or null
   };
   /// One producer replica of an in-edge.
   struct Upstream {
@@ -261,7 +269,7 @@ class ReplicaCore final : public StageContext {
   void settle_item(const Item& item);
   /// Arrivals from `up` that are among its remembered keys are duplicates
   /// (for as many arrivals as it remembers).
-  void expect_duplicates(Upstream& up);
+  void expect_duplicates(Upstream& up, std::uint32_t epoch);
   /// Drops what this replica owes producer replica `from` of in-edge `in_index`.
   void forget_producer(int in_index, int from);
   Status call_process();

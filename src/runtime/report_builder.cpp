@@ -116,6 +116,31 @@ RunReport build_report(const RunState& run) {
     }
   }
   r.failovers = run.failovers();
+  // Each failover's replays and duplicates, counted by the replicas as
+  // failover.<epoch>.replayed / .duplicates, go to that failover.
+  for (auto& s : r.stages) {
+    for (auto it = s.counters.begin(); it != s.counters.end();) {
+      const std::string& name = it->first;
+      if (name.rfind("failover.", 0) != 0) {
+        ++it;
+        continue;
+      }
+      const auto dot = name.find('.', 9);
+      const std::string what = dot == std::string::npos ? "" : name.substr(dot + 1);
+      std::uint32_t epoch = 0;
+      try {
+        epoch = static_cast<std::uint32_t>(std::stoul(name.substr(9, dot - 9)));
+      } catch (const std::exception&) {
+        epoch = 0;
+      }
+      for (auto& f : r.failovers) {
+        if (f.epoch != epoch) continue;
+        if (what == "replayed") f.replayed += static_cast<std::uint64_t>(it->second);
+        if (what == "duplicates") f.duplicates_dropped += static_cast<std::uint64_t>(it->second);
+      }
+      it = s.counters.erase(it);
+    }
+  }
   return r;
 }
 

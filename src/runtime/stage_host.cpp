@@ -57,6 +57,7 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
     s.snapshot_interval_ns = static_cast<std::int64_t>(run->spec.failure.snapshot_ms) * 1'000'000;
   }
   s.restore = std::move(restore);
+  s.epoch = table.epoch;
   return s;
 }
 
@@ -205,6 +206,7 @@ class StageHost final : public ReplicaEffects {
     const graph::Graph& g = run_->graph;
     const graph::Node& n = g.nodes[static_cast<std::size_t>(node_)];
     PlacementChange change;
+    change.epoch = after.epoch;
     change.remote_consumers.resize(g.edges.size());
     for (int e : n.out_edges) {
       const int to = g.edges[static_cast<std::size_t>(e)].to_node;

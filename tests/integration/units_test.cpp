@@ -280,6 +280,9 @@ TEST(UnitProcesses, ASigkilledWorkUnitIsTakenOverAndNothingIsLostOrDuplicated) {
   EXPECT_TRUE(r["failovers"][0]["lost"].empty());
   // The replacement finished a step: the failover has its time to first output.
   EXPECT_TRUE(r["failovers"][0]["first_output_ms"].is_number()) << r["failovers"].dump();
+  // What u1 had not released was sent again, and counted for this failover.
+  EXPECT_GT(r["failovers"][0]["replayed"].get<std::uint64_t>(), 0U) << r["failovers"].dump();
+  EXPECT_FALSE(r["stages"]["work"]["counters"].contains("failover.2.replayed")) << r["stages"]["work"].dump();
   const auto& sink = r["sinks"]["sink"];
   EXPECT_EQ(sink["received"], 4000) << sink.dump();
   EXPECT_EQ(sink["lost"], 0) << sink.dump();
