@@ -80,12 +80,21 @@ TEST(Summary, EachFailoverIsListedWithWhatMovedWhatWasLostAndTheReplays) {
   f.epoch = 2;
   f.moved = {"work/0 -> u2"};
   f.lost = {"source/1"};
+  f.lost_why = {"pinned"};
+  f.first_output_ms = 4.25;
+  f.replayed = 12;
+  f.duplicates_dropped = 5;
   r.failovers.push_back(f);
   const std::string text = swarmflow::cli::summary_table(r);
   EXPECT_NE(text.find("failovers: 1; envelopes replayed 12, duplicates dropped 5"), std::string::npos) << text;
-  EXPECT_NE(text.find("3.50 s  unit u1 dead (silent 251 ms), epoch 2: work/0 -> u2; lost with it"), std::string::npos)
+  EXPECT_NE(text.find("3.50 s  unit u1 dead (silent 251 ms), epoch 2: work/0 -> u2; first output 4.2 ms after; "
+                      "replayed 12, duplicates dropped 5; lost with it (what they had not sent): source/1 (pinned)"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("source/1"), std::string::npos) << text;
+  f.cause = "left";
+  r.failovers = {f};
+  EXPECT_NE(swarmflow::cli::summary_table(r).find("3.50 s  unit u1 left, epoch 2"), std::string::npos)
+      << swarmflow::cli::summary_table(r);
 }
 
 TEST(SummaryTarget, QuietPrintsNoSummaryAndDataOnStdoutSendsItToStderr) {
