@@ -161,6 +161,8 @@ Status VideoSource::produce_captured(Outputs& out, StageContext& ctx) {
   std::string error;
   switch (capture_->try_pop(&frame, &error)) {
     case FrameQueue::Pop::frame:
+      // Restored from a snapshot: the frames it had sent are read and skipped.
+      if (frame.header.seq < skip_below_) return {};
       out.emit(frames_, std::move(frame.payload), frame.header);
       ++delivered_;
       frames_counter_->fetch_add(1, std::memory_order_relaxed);
@@ -178,22 +180,37 @@ Status VideoSource::produce_captured(Outputs& out, StageContext& ctx) {
 }
 
 bool VideoSource::snapshot(std::string& out) const {
-  if (!synthetic_) return false;
-  out = std::to_string(next_index_) + " " + std::to_string(delivered_);
-  return true;
+  if (synthetic_) {
+    out = "synthetic " + std::to_string(next_index_) + " " + std::to_string(delivered_);
+    return true;
+  }
+  // A file is read again from its start and the frames before the position
+  // skipped; a live source has no position to go back to.
+  if (uri_.kind == SourceKind::file) {
+    out = "file " + std::to_string(delivered_) + " " + std::to_string(delivered_);
+    return true;
+  }
+  return false;
 }
 
 Status VideoSource::restore(const std::string& state) {
   std::istringstream in(state);
+  std::string kind;
   std::uint64_t next = 0;
   std::int64_t delivered = 0;
-  if (!synthetic_ || !(in >> next >> delivered)) {
-    return Status::error("video.source: a snapshot it cannot read", StatusCode::invalid_argument);
+  const bool read = static_cast<bool>(in >> kind >> next >> delivered);
+  if (read && kind == "synthetic" && synthetic_) {
+    next_index_ = next;
+    delivered_ = delivered;
+    rebase_pacing_ = true;
+    return {};
   }
-  next_index_ = next;
-  delivered_ = delivered;
-  rebase_pacing_ = true;
-  return {};
+  if (read && kind == "file" && uri_.kind == SourceKind::file) {
+    skip_below_ = next;
+    delivered_ = delivered;
+    return {};
+  }
+  return Status::error("video.source: a snapshot it cannot read (" + state + ")", StatusCode::invalid_argument);
 }
 
 Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {

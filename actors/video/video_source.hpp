@@ -69,8 +69,9 @@ class VideoSource final : public Stage {
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
   void stop(StageContext& ctx) override;
-  /// A synthetic camera's position (the next frame, frames delivered): a
-  /// failover restarts it elsewhere from there. Other sources have none.
+  /// The position of a synthetic camera (its next frame) or a file (the
+  /// frames it sent): a failover restarts it elsewhere from there. A live
+  /// source (a camera, a stream) has none.
   bool snapshot(std::string& out) const override;
   Status restore(const std::string& state) override;
 
@@ -102,6 +103,7 @@ class VideoSource final : public Stage {
   std::int64_t start_ns_ = 0;
   std::uint64_t first_index_ = 0;
   bool rebase_pacing_ = false;  ///< restored: paced from the next frame on
+  std::uint64_t skip_below_ = 0;  ///< a restored file: frames numbered below this were sent already
   std::unique_ptr<SyntheticParts> synthetic_;
   std::unique_ptr<GstCapture> capture_;
   std::atomic<std::int64_t>* frames_counter_ = nullptr;

@@ -335,7 +335,7 @@ struct State {
       if (it != snapshots.end() && it->second) {
         why = "its placement allows no unit left; it had sent at least " + std::to_string(it->second->processed);
       } else {
-        why = "no position of it was kept off its unit (only synthetic cameras and sim.source keep one)";
+        why = "no position of it was kept off its unit (a live source has none; synthetic cameras, files and sim.source keep one)";
       }
       report.lost_why.push_back(std::move(why));
     }

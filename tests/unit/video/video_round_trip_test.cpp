@@ -170,6 +170,36 @@ TEST(VideoRoundTrip, MjpegAviKeepsCountSizeFormatAndOrder) {
   expect_written_frames(read_video(file.uri()), "round_trip.avi");
 }
 
+TEST(VideoSource, AFileRestoredFromItsSnapshotGoesOnFromItsPosition) {
+  // Read 12 frames, snapshot, then a new replica restores it: it sends the
+  // frames from 12 on, numbered as the first would have, and ends at 30.
+  TempFile file("position.avi");
+  write_video(file.uri(), kFrames);
+  StageRunner first(video_registry(), "video.source", "replay");
+  ASSERT_TRUE(first.set("uri", file.uri()).ok());
+  ASSERT_TRUE(first.start().ok());
+  while (first.output("frames").size() < 12) {
+    Status s = first.pull();
+    ASSERT_FALSE(s.is_error()) << s.message();
+    ASSERT_FALSE(s.is_end_of_stream());
+  }
+  std::string state;
+  ASSERT_TRUE(first.stage().snapshot(state));
+  first.stop();
+  StageRunner second(video_registry(), "video.source", "replay");
+  video_test::StopGuard stop_second(second);
+  ASSERT_TRUE(second.set("uri", file.uri()).ok());
+  ASSERT_TRUE(second.start().ok());
+  ASSERT_TRUE(second.stage().restore(state).ok()) << state;
+  Status s = pull_until(second, [] { return false; }, std::chrono::seconds(60));
+  EXPECT_TRUE(s.is_end_of_stream()) << s.message();
+  const auto frames = second.output("frames");
+  ASSERT_EQ(frames.size(), static_cast<std::size_t>(kFrames - 12));
+  for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(frames[i].header().seq, 12 + i);
+  // A snapshot of another kind of source is refused.
+  EXPECT_FALSE(second.stage().restore("synthetic 3 3").ok());
+}
+
 TEST(VideoRoundTrip, H264Mp4AndMatroskaKeepCountSizeFormatAndOrder) {
   // The codec's id in each container proves the file holds H.264.
   struct Case {
