@@ -5,9 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <chrono>
 #include <string>
 #include <thread>
@@ -23,29 +20,11 @@ namespace {
 using swarmflow::testing::free_port;
 using swarmflow::testing::slurp;
 using swarmflow::testing::spawn_cli;
+using swarmflow::testing::spawn_program;
 using swarmflow::testing::TempDir;
 using swarmflow::testing::wait_exit_within;
 
 constexpr std::chrono::seconds kPatience{30};
-
-/// Starts PROGRAM ARGS (found on PATH) with stdin from `in` (or /dev/null)
-/// and stdout/stderr to files.
-pid_t spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err,
-            const std::string& in = "/dev/null") {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
 
 /// GET http://127.0.0.1:PORT/PATH until it answers 200 (the server may not
 /// be up yet) or the patience runs out; the body, or "" then.
@@ -94,7 +73,7 @@ TEST(Metrics, PromtoolAcceptsWhatARunningPipelineServes) {
   ASSERT_FALSE(text.empty()) << slurp(dir.file("run.err"));
   EXPECT_NE(text.find("# TYPE swarmflow_sink_latency_seconds histogram"), std::string::npos) << text;
   const std::string metrics = dir.write("metrics.txt", text);
-  pid_t check = spawn({"promtool", "check", "metrics"}, dir.file("promtool.out"), dir.file("promtool.err"), metrics);
+  pid_t check = spawn_program({"promtool", "check", "metrics"}, dir.file("promtool.out"), dir.file("promtool.err"), metrics);
   ASSERT_GT(check, 0) << "promtool is not installed (scripts/bootstrap.sh installs prometheus)";
   EXPECT_EQ(wait_exit_within(check, kPatience), 0) << slurp(dir.file("promtool.out")) << slurp(dir.file("promtool.err"));
 }
@@ -117,7 +96,7 @@ TEST(Metrics, PrometheusScrapesATwoProcessPipelineAndAnswersAQuery) {
                         "    static_configs:\n"
                         "      - targets: ['127.0.0.1:" + std::to_string(coordinator_port) + "', '127.0.0.1:" +
                         std::to_string(unit_port) + "']\n");
-  pid_t prometheus = spawn({"prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.file("tsdb"),
+  pid_t prometheus = spawn_program({"prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.file("tsdb"),
                             "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)},
                            dir.file("prometheus.out"), dir.file("prometheus.err"));
   ASSERT_GT(prometheus, 0) << "prometheus is not installed (scripts/bootstrap.sh installs it)";

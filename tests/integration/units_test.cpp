@@ -551,43 +551,59 @@ TEST(UnitProcesses, TheInspectionQualitySummaryIsTheSameWhenTheUnitOfBatchQualit
   EXPECT_EQ(block(slurp(dir.file("u2.out")), "quality: "), want) << slurp(dir.file("u2.err"));
 }
 
+/// Runs `stages` (which must feed a jsonl trace `seen` and a sim.sink
+/// `sink` of 3000 envelopes) on u0 and the unit processes u1 and u2, SIGKILLs
+/// u1 once the trace has seq 100, and checks the run: exit 0, one failover
+/// that moved `moved`, and a sink with every envelope once and in order.
+/// Returns the report.
+nlohmann::json kill_u1_at_seq_100(const TempDir& dir, const std::string& stages, const std::string& moved) {
+  const std::string file = dir.write("pipeline.yaml", "pipeline: killed_u1\n" + ipc_units(dir) +
+                                                          "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+                                                          "\"}\nstages:\n" + stages);
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  EXPECT_TRUE(wait_for_text(dir.file("seen.jsonl"), "\"seq\":100,", kPatience)) << slurp(dir.file("c.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  EXPECT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
+  auto r = nlohmann::json::parse(slurp(report), nullptr, false);
+  if (!r.is_object()) {
+    ADD_FAILURE() << "no report: " << err;
+    return r;
+  }
+  EXPECT_EQ(r["failovers"].size(), 1U) << r.dump(2);
+  EXPECT_EQ(r["failovers"][0]["moved"][0], moved) << r["failovers"].dump();
+  EXPECT_TRUE(r["failovers"][0]["lost"].empty()) << r["failovers"].dump();
+  const auto& sink = r["sinks"]["sink"];
+  EXPECT_EQ(sink["received"], 3000) << sink.dump();
+  EXPECT_EQ(sink["lost"], 0) << sink.dump();
+  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
+  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  return r;
+}
+
 TEST(UnitProcesses, AStatefulSinkOnAKilledUnitCarriesOnFromItsSnapshot) {
   // sim.sink keeps each stream's next sequence number and the gaps it saw:
   // moved to u2 from its snapshot, it goes on checking where it was, and its
   // counters go on from theirs. Started empty instead, it would count
   // everything before the kill as lost and report fewer received.
   TempDir dir;
-  const std::string seen = dir.file("seen.jsonl");
-  const std::string file = dir.write(
-      "sink.yaml", "pipeline: moved_sink\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
-                       dir.file("u2.sock") + "\"}\n"
-                       "stages:\n"
-                       "  - {id: source, type: sim.source, params: {count: 3000, streams: 8}, placement: {units: [u0]}}\n"
-                       "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
-                       "     placement: {units: [u1, u2]}}\n"
-                       "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
-                       "\", flush: true},\n     placement: {units: [u0]}}\n");
-  const std::string report = dir.file("report.json");
-  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
-  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
-  pid_t coordinator =
-      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
-  ASSERT_TRUE(wait_for_text(seen, "\"seq\":100,", kPatience)) << slurp(dir.file("c.err"));
-  kill(u1, SIGKILL);
-  wait_exit(u1);
-  const int rc = wait_exit_within(coordinator, kPatience);
-  const std::string err = slurp(dir.file("c.err"));
-  ASSERT_NE(rc, -1) << err;
-  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
-  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
-  const auto r = nlohmann::json::parse(slurp(report));
-  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
-  EXPECT_EQ(r["failovers"][0]["moved"][0], "sink/0 -> u2") << r["failovers"].dump();
-  const auto& sink = r["sinks"]["sink"];
-  EXPECT_EQ(sink["received"], 3000) << sink.dump();
-  EXPECT_EQ(sink["lost"], 0) << sink.dump();
-  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
-  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  const auto r = kill_u1_at_seq_100(
+      dir,
+      "  - {id: source, type: sim.source, params: {count: 3000, streams: 8}, placement: {units: [u0]}}\n"
+      "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
+      "     placement: {units: [u1, u2]}}\n"
+      "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + dir.file("seen.jsonl") +
+          "\", flush: true},\n     placement: {units: [u0]}}\n",
+      "sink/0 -> u2");
+  ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["stages"]["sink"]["counters"]["restored"], 1) << r["stages"]["sink"].dump();
 }
 
@@ -597,39 +613,15 @@ TEST(UnitProcesses, ASourceOnAKilledUnitRestartsElsewhereFromItsPosition) {
   // snapshot, sends again what came after it, and the sink drops those as
   // duplicates: every envelope arrives once, in order.
   TempDir dir;
-  const std::string seen = dir.file("seen.jsonl");
-  const std::string file = dir.write(
-      "source.yaml", "pipeline: moved_source\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" +
-                         dir.file("u2.sock") + "\"}\n"
-                         "stages:\n"
-                         "  - {id: source, type: sim.source, params: {count: 3000, streams: 8},\n"
-                         "     placement: {units: [u1, u2]}}\n"
-                         "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
-                         "     placement: {units: [u0]}}\n"
-                         "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + seen +
-                         "\", flush: true},\n     placement: {units: [u0]}}\n");
-  const std::string report = dir.file("report.json");
-  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
-  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
-  pid_t coordinator =
-      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
-  ASSERT_TRUE(wait_for_text(seen, "\"seq\":100,", kPatience)) << slurp(dir.file("c.err"));
-  kill(u1, SIGKILL);
-  wait_exit(u1);
-  const int rc = wait_exit_within(coordinator, kPatience);
-  const std::string err = slurp(dir.file("c.err"));
-  ASSERT_NE(rc, -1) << err;
-  EXPECT_EQ(rc, 0) << err << slurp(dir.file("u2.err"));
-  EXPECT_NE(wait_exit_within(u2, kPatience), -1) << slurp(dir.file("u2.err"));
-  const auto r = nlohmann::json::parse(slurp(report));
-  ASSERT_EQ(r["failovers"].size(), 1U) << r.dump(2);
-  EXPECT_EQ(r["failovers"][0]["moved"][0], "source/0 -> u2") << r["failovers"].dump();
-  EXPECT_TRUE(r["failovers"][0]["lost"].empty()) << r["failovers"].dump();
-  const auto& sink = r["sinks"]["sink"];
-  EXPECT_EQ(sink["received"], 3000) << sink.dump();
-  EXPECT_EQ(sink["lost"], 0) << sink.dump();
-  EXPECT_EQ(sink["duplicate"], 0) << sink.dump();
-  EXPECT_EQ(sink["reordered"], 0) << sink.dump();
+  const auto r = kill_u1_at_seq_100(
+      dir,
+      "  - {id: source, type: sim.source, params: {count: 3000, streams: 8}, placement: {units: [u1, u2]}}\n"
+      "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
+      "     placement: {units: [u0]}}\n"
+      "  - {id: seen, type: io.jsonl, inputs: {in: source/out}, params: {path: \"" + dir.file("seen.jsonl") +
+          "\", flush: true},\n     placement: {units: [u0]}}\n",
+      "source/0 -> u2");
+  ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["stages"]["source"]["counters"]["restored"], 1) << r["stages"]["source"].dump();
 }
 

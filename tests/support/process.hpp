@@ -48,21 +48,29 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-/// Starts `swarmflow ARGS` with stdout and stderr going to files.
-inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
-  std::vector<std::string> argv_s = {SWARMFLOW_CLI};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+/// Starts PROGRAM ARGS (`args[0]` is looked up on PATH unless it has a
+/// slash) with stdin from `in` and stdout and stderr going to files.
+inline pid_t spawn_program(std::vector<std::string> args, const std::string& out, const std::string& err,
+                           const std::string& in = "/dev/null") {
   std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
+  for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, in.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
   return pid;
+}
+
+/// Starts `swarmflow ARGS` with stdout and stderr going to files.
+inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
+  std::vector<std::string> argv = {SWARMFLOW_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_program(std::move(argv), out, err);
 }
 
 /// Waits for `pid` to exit; its exit code, or 128 + signal.
