@@ -107,11 +107,12 @@ struct CoordinatorReport {
   /// another server key, a key not in the cluster's unit list, garbage. Zero
   /// when this process runs no coordinator socket (one process, or a unit).
   std::uint64_t refused_handshakes = 0;
-  /// Envelopes and end-of-stream marks this process refused because the
-  /// unit that sent them no longer hosts the producer they name (a unit
+  /// Envelopes, end-of-stream marks and acks this process refused because
+  /// the unit that sent them no longer hosts the replica they name (a unit
   /// fenced after a failover: paused past the failure detector, then back),
-  /// and control messages from a unit declared dead before it was heard
-  /// again. Counted in the coordinator's process only.
+  /// snapshots from such a unit, UnitDone reports of an older placement
+  /// epoch, and control messages from a unit declared dead before it was
+  /// heard again. Counted in the coordinator's process only.
   std::uint64_t stale_refused = 0;
 };
 

@@ -235,7 +235,11 @@ struct State {
         break;
       }
       case schema::ControlBody::UnitDone:
-        if (!done[i] && c.body_as_UnitDone()->epoch() == effects().table()->epoch) {
+        if (c.body_as_UnitDone()->epoch() != effects().table()->epoch) {
+          // Of an older placement: refused and counted (the unit sends it
+          // again for the placement in force, with what was placed on it).
+          setup.figures->stale_messages.fetch_add(1, std::memory_order_relaxed);
+        } else if (!done[i]) {
           done[i] = true;
           detectors->retire(i);  // it may leave now
           effects().merge_unit_done(u, *c.body_as_UnitDone());

@@ -257,6 +257,29 @@ TEST_F(CoordinatorActor, ALeavingUnitIsHandedOverAtTheNextCheckAndToldToGoOnceIt
   EXPECT_TRUE(effects_.aborts.empty());
 }
 
+TEST_F(CoordinatorActor, AUnitDoneOfAnOlderEpochIsRefusedAndCountedAndTheOneOfTheEpochInForceIsTaken) {
+  heartbeat("u1");
+  heartbeat("u2");
+  check_at(10 * kMs);
+  // u1 leaves: epoch 2. A UnitDone of epoch 1 from u2 (sent before it took
+  // epoch 2 up) is refused; the one it sends again for epoch 2 counts.
+  from("u1", runtime::leaving_message("u1", 1));
+  check_at(15 * kMs);
+  ASSERT_EQ(effects_.table()->epoch, 2U);
+  unit_done("u2", 1);
+  check_at(20 * kMs);
+  EXPECT_EQ(figures_->stale_messages.load(), 1U);
+  {
+    std::lock_guard<std::mutex> lock(effects_.mutex);
+    EXPECT_EQ(effects_.merged, 0);
+  }
+  unit_done("u2", 2);
+  check_at(25 * kMs);
+  EXPECT_EQ(figures_->stale_messages.load(), 1U);
+  std::lock_guard<std::mutex> lock(effects_.mutex);
+  EXPECT_EQ(effects_.merged, 1);
+}
+
 TEST_F(CoordinatorActor, AUnitDeadBeforeTheRunStartsEndsItWithAnErrorThatNamesIt) {
   effects_.started_ns = 0;
   heartbeat("u1");
