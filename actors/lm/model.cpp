@@ -9,6 +9,10 @@
 
 #include <Eigen/Core>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace swarmflow::lm {
 
 namespace {
@@ -60,6 +64,76 @@ class Reader {
 
 using ConstVec = Eigen::Map<const Eigen::VectorXf>;
 
+#if defined(__SSE2__)
+/// NT rows of x against NR rows of w (x rows from t0, w rows from o0): each
+/// value is summed in four lanes over k in steps of four, then the lanes in a
+/// fixed order, then the tail, so it is the same whatever NT and NR are.
+template <int NT, int NR>
+void tile(const float* x, int in, const float* w, int out, float* y, int t0, int o0) {
+  __m128 acc[NT][NR];
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm_setzero_ps();
+  }
+  const float* xs[NT];
+  const float* ws[NR];
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) xs[i] = x + static_cast<std::ptrdiff_t>(t0 + i) * in;
+  #pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) ws[j] = w + static_cast<std::ptrdiff_t>(o0 + j) * in;
+  const int k4 = in & ~3;
+  for (int k = 0; k < k4; k += 4) {
+    __m128 wv[NR];
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) wv[j] = _mm_loadu_ps(ws[j] + k);
+    #pragma GCC unroll 4
+    for (int i = 0; i < NT; ++i) {
+      const __m128 xv = _mm_loadu_ps(xs[i] + k);
+      #pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm_add_ps(acc[i][j], _mm_mul_ps(xv, wv[j]));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      alignas(16) float a[4];
+      _mm_store_ps(a, acc[i][j]);
+      float sum = (a[0] + a[1]) + (a[2] + a[3]);
+      for (int k = k4; k < in; ++k) sum += xs[i][k] * ws[j][k];
+      y[static_cast<std::ptrdiff_t>(t0 + i) * out + o0 + j] = sum;
+    }
+  }
+}
+
+template <int NR>
+void tile_rows(const float* x, int rows, int in, const float* w, int out, float* y, int o0) {
+  int t = 0;
+  for (; t + 4 <= rows; t += 4) tile<4, NR>(x, in, w, out, y, t, o0);
+  switch (rows - t) {
+    case 3: tile<3, NR>(x, in, w, out, y, t, o0); break;
+    case 2: tile<2, NR>(x, in, w, out, y, t, o0); break;
+    case 1: tile<1, NR>(x, in, w, out, y, t, o0); break;
+    default: break;
+  }
+}
+
+/// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
+/// Tiles of up to 4 rows of x by 2 rows of w share their loads, and a block
+/// of w rows stays in cache while every row of the batch passes. Each value
+/// is computed in the same order whatever else is in the batch, so batching
+/// never changes a result.
+void matmul(const float* x, int rows, int in, const float* w, int out, float* y) {
+  constexpr int kBlock = 64;
+  for (int b0 = 0; b0 < out; b0 += kBlock) {
+    const int b1 = std::min(out, b0 + kBlock);
+    int o = b0;
+    for (; o + 2 <= b1; o += 2) tile_rows<2>(x, rows, in, w, out, y, o);
+    if (o < b1) tile_rows<1>(x, rows, in, w, out, y, o);
+  }
+}
+#else
 /// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
 /// Blocks of w stay in cache while every row of the batch passes; each value
 /// is one Eigen dot product, so it does not depend on the batch around it.
@@ -74,6 +148,7 @@ void matmul(const float* x, int rows, int in, const float* w, int out, float* y)
     }
   }
 }
+#endif
 
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
   double ss = 0;
