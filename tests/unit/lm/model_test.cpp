@@ -150,6 +150,36 @@ TEST_F(LmModel, ChunkedPrefillAndBatchingGiveTheSameLogits) {
   }
 }
 
+TEST_F(LmModel, BatchedLogitsAreBitIdenticalToOneSequenceAlone) {
+  int vocab = 0;
+  const std::vector<ReferencePrompt> ref = read_reference(vocab);
+  // Alone: each prompt whole, in its own forward pass.
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : ref) {
+    KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
+    std::vector<float> logits;
+    model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
+    alone.push_back(logits);
+  }
+  // Together: every prompt in one pass, so tiles mix rows of different prompts.
+  std::vector<KvCache> caches;
+  std::vector<ForwardItem> items;
+  for (const auto& p : ref) caches.emplace_back(model_->config(), static_cast<int>(p.ids.size()));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    items.push_back(ForwardItem{&caches[i], ref[i].ids.data(), static_cast<int>(ref[i].ids.size()), true});
+  }
+  std::vector<float> together;
+  model_->forward(items, together);
+  std::size_t at = 0;
+  for (const auto& a : alone) {
+    const std::vector<float> part(together.begin() + static_cast<std::ptrdiff_t>(at),
+                                  together.begin() + static_cast<std::ptrdiff_t>(at + a.size()));
+    EXPECT_EQ(part, a);
+    at += a.size();
+  }
+  EXPECT_EQ(at, together.size());
+}
+
 // -- refusing bad files ------------------------------------------------------
 
 Status parse_bytes(const std::vector<std::uint8_t>& bytes) {
