@@ -4,7 +4,7 @@ include(CMakePackageConfigHelpers)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/swarmflow" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 # The headers of the packs this build has.
-set(_swarmflow_packs sim io)
+set(_swarmflow_packs sim io lm)
 foreach(pack VIDEO VISION INSPECTION)
   if(SWARMFLOW_WITH_${pack})
     string(TOLOWER ${pack} name)
@@ -19,6 +19,7 @@ foreach(pack IN LISTS _swarmflow_packs)
   list(APPEND _swarmflow_pack_targets swarmflow_actors_${pack})
 endforeach()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/pipelines/" DESTINATION "${CMAKE_INSTALL_DATADIR}/swarmflow/pipelines")
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/models/" DESTINATION "${CMAKE_INSTALL_DATADIR}/swarmflow/models")
 
 install(TARGETS swarmflow_schemas swarmflow_core swarmflow_runtime swarmflow_cli ${_swarmflow_pack_targets}
         EXPORT swarmflowTargets

@@ -1,6 +1,7 @@
 #include <swarmflow/registry.hpp>
 
 #include "io/io.hpp"
+#include "lm/lm.hpp"
 #include "sim/sim.hpp"
 
 namespace swarmflow {
@@ -11,6 +12,7 @@ namespace swarmflow {
 void register_builtin_stages(Registry& registry) {
   register_sim_stages(registry);
   register_io_stages(registry);
+  register_lm_stages(registry);
 }
 
 }  // namespace swarmflow

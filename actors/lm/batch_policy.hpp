@@ -1,0 +1,85 @@
+#pragma once
+/// \file batch_policy.hpp
+/// Iteration-level (Orca-style) scheduling of generation requests, as pure
+/// code: no model, no clock of its own. The engine asks it, before every
+/// decoding step, which requests run and how many tokens each feeds in.
+///
+/// - A request is admitted (or refused with a reason) when it is submitted:
+///   it needs `prompt + max_tokens` tokens of KV cache, reserved for its whole
+///   life, so the reserved total never passes the budget.
+/// - Queued requests join the running batch at the next step, oldest first,
+///   while there is room (`max_size` requests and the KV budget).
+/// - With nothing running, a step starts when `max_size` requests wait or the
+///   oldest has waited `max_wait`; before that `plan` says when to ask again.
+/// - Prompts are fed in chunks: a step carries one token per decoding request
+///   and at most `prefill_chunk` prompt tokens, so a long prompt is spread
+///   over several steps and the others keep decoding.
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace swarmflow::lm {
+
+struct BatchSettings {
+  int max_size = 8;                    ///< requests in the running batch
+  std::int64_t max_wait_ns = 0;        ///< how long a lone request waits for company
+  std::int64_t kv_budget_tokens = 4096;  ///< KV cache tokens reserved at most
+  int prefill_chunk = 64;              ///< prompt tokens fed per step, all requests together
+  int max_queue = 256;                 ///< requests waiting at most; more are refused
+};
+
+/// What the scheduler knows of a request.
+struct BatchRequest {
+  std::uint64_t id = 0;
+  int prompt_tokens = 0;
+  int max_tokens = 0;
+  std::int64_t arrived_ns = 0;
+};
+
+/// One request's share of a step.
+struct StepSlot {
+  std::uint64_t id = 0;
+  int first = 0;       ///< index of the first token fed (in prompt + generated)
+  int count = 0;       ///< tokens fed in this step
+  bool samples = false;  ///< the step ends its prompt or decodes: a token follows
+};
+
+struct StepPlan {
+  std::vector<StepSlot> slots;        ///< empty: nothing to do now
+  std::vector<std::uint64_t> joined;  ///< requests admitted to the batch at this step
+  std::int64_t wake_ns = 0;           ///< with no slots and work queued: ask again then
+};
+
+class BatchPolicy {
+ public:
+  explicit BatchPolicy(BatchSettings settings) : settings_(settings) {}
+
+  /// Queues a request. Returns "" when queued, else why it is refused.
+  std::string submit(const BatchRequest& request);
+  /// The next step at time `now_ns`.
+  StepPlan plan(std::int64_t now_ns);
+  /// After a step: `id` has produced one more token (or finished its prompt).
+  /// Its reservation is released by `finish`.
+  void finish(std::uint64_t id);
+
+  std::int64_t reserved_tokens() const { return reserved_; }
+  std::size_t running() const { return running_.size(); }
+  std::size_t queued() const { return queue_.size(); }
+  const BatchSettings& settings() const { return settings_; }
+
+ private:
+  struct Running {
+    BatchRequest request;
+    int fed = 0;  // tokens already in the KV cache
+  };
+  static int need(const BatchRequest& r) { return r.prompt_tokens + r.max_tokens; }
+
+  BatchSettings settings_;
+  std::deque<BatchRequest> queue_;
+  std::vector<Running> running_;
+  std::int64_t reserved_ = 0;
+};
+
+}  // namespace swarmflow::lm

@@ -1,0 +1,92 @@
+#pragma once
+/// \file engine.hpp
+/// Generation with continuous batching: requests are submitted at any time,
+/// each `step` runs one decoding iteration of the running batch (as planned
+/// by BatchPolicy) through the model in one forward pass, and returns the
+/// tokens it produced. Each request has its own KV cache, sized to what it
+/// reserved, and its own seeded sampler, so its tokens do not depend on the
+/// batch it ran in.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/batch_policy.hpp"
+#include "lm/model.hpp"
+#include "lm/sampler.hpp"
+#include "lm/tokenizer.hpp"
+
+namespace swarmflow::lm {
+
+struct GenerateRequest {
+  std::uint64_t id = 0;
+  std::vector<int> prompt;  ///< token ids, BOS first
+  int max_tokens = 32;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  ///< generation ends once the text ends with one of these
+};
+
+/// One generated token.
+struct TokenEvent {
+  std::uint64_t request = 0;
+  int position = 0;  ///< 0 for the first generated token
+  int token = 0;
+  std::string piece;
+  double logprob = 0.0;
+  bool final = false;
+  std::string finish_reason;  ///< with `final`: "length", "stop" or "context"
+};
+
+/// Per-request timings, on the clock the caller passes to `submit`/`step`.
+struct RequestTiming {
+  std::int64_t arrived_ns = 0;
+  std::int64_t first_token_ns = 0;
+  std::int64_t last_token_ns = 0;
+  int tokens = 0;
+};
+
+class Engine {
+ public:
+  /// The model must outlive the engine.
+  Engine(const Model& model, BatchSettings settings);
+
+  /// Queues a request; returns "" or why it is refused.
+  std::string submit(GenerateRequest request, std::int64_t now_ns);
+  /// One decoding iteration; appends the tokens produced to `events`.
+  /// Returns 0 when it ran, else the time to call again (nothing runnable
+  /// until then), or -1 when there is no work at all.
+  std::int64_t step(std::int64_t now_ns, std::vector<TokenEvent>& events);
+  /// Drops a request and frees its KV cache.
+  void cancel(std::uint64_t id);
+
+  bool idle() const { return sequences_.empty(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const BatchPolicy& policy() const { return policy_; }
+  /// Timings of finished requests, taken (and cleared) by the caller.
+  std::vector<RequestTiming> take_timings();
+  /// Requests in each step run so far (batch-size histogram input).
+  const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+
+ private:
+  struct Sequence {
+    GenerateRequest request;
+    std::vector<int> tokens;  // prompt, then generated
+    KvCache cache;
+    Sampler sampler;
+    std::string text;
+    int generated = 0;
+    RequestTiming timing;
+  };
+
+  const Model& model_;
+  Tokenizer tokenizer_;
+  BatchPolicy policy_;
+  std::map<std::uint64_t, std::unique_ptr<Sequence>> sequences_;
+  std::vector<RequestTiming> finished_;
+  std::vector<int> batch_sizes_;
+  std::vector<float> logits_;
+};
+
+}  // namespace swarmflow::lm

@@ -1,0 +1,58 @@
+#pragma once
+/// \file lm.hpp
+/// The `lm` pack: a small language model (docs/lm.md) run as pipeline stages.
+/// Model files are `.sflm` (scripts/train_lm.py writes them); a relative
+/// `model` or `path` is looked for in the working directory, then in the
+/// source tree and the installed data directory (share/swarmflow).
+///
+/// lm.prompts — output `out` (swarmflow.schema.Prompt). A source.
+///   path (string): a file of prompts, one a line: plain text, or a JSON
+///   object {"prompt", "id", "max_tokens", "temperature", "top_k", "top_p",
+///   "seed", "stop"} whose keys override the stage's defaults. Blank lines
+///   are skipped. Request ids are the line's `id`, else 1, 2, 3, ...
+///   max_tokens, temperature, top_k, top_p, seed, stop: defaults for each
+///   prompt (`stop` is one string, `\n` written as a backslash and n).
+///   One envelope per prompt: stream = request id. Counter `expected`.
+/// lm.tokenize — input `in` (Prompt), output `out` (Prompt with `tokens`).
+///   model (string). Counter `tokens`.
+/// lm.generate — input `in` (Prompt), output `out` (swarmflow.schema.Tokens).
+///   model (string); batch.max_size, batch.max_wait_ms, batch.kv_budget_tokens,
+///   batch.prefill_chunk, batch.max_queue (lm/batch_policy.hpp).
+///   One envelope per generated token: Tokens{ids: [id], pieces: [text],
+///   position, confidence: [p], logprobs: [log p], request_id, final,
+///   finish_reason}; header stream = request id, seq = position, vote_key =
+///   token id, confidence = p. A refused request gives one envelope with no
+///   token, final, finish_reason "refused: why". Counters: requests, refused,
+///   tokens, steps, batch_slots (sum of batch sizes over steps), ttft_us_sum,
+///   tpot_us_sum (sums over requests; divide by `requests`).
+/// lm.detokenize — input `in` (Tokens), output `out` (swarmflow.schema.Completion).
+///   Collects each request's pieces; at its final token emits its text.
+///
+/// ```yaml
+/// stages:
+///   - {id: prompts, type: lm.prompts, params: {path: pipelines/prompts.txt, max_tokens: 48}}
+///   - {id: tok, type: lm.tokenize, inputs: {in: prompts/out}}
+///   - id: gen
+///     type: lm.generate
+///     inputs: {in: tok/out}
+///     params: {batch.max_size: 8, batch.kv_budget_tokens: 4096}
+///   - {id: text, type: lm.detokenize, inputs: {in: gen/out}}
+///   - {id: out, type: io.jsonl, inputs: {in: text/out}, params: {path: completions.jsonl}}
+/// ```
+
+#include <string>
+
+#include <swarmflow/registry.hpp>
+
+namespace swarmflow {
+
+/// Adds lm.prompts, lm.tokenize, lm.generate and lm.detokenize.
+void register_lm_stages(Registry& registry);
+
+namespace lm {
+/// `path` if it exists, else the first of the source tree and the installed
+/// data directory that has it, else `path` unchanged.
+std::string resolve_data_path(const std::string& path);
+}  // namespace lm
+
+}  // namespace swarmflow

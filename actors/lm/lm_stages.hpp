@@ -1,0 +1,96 @@
+#pragma once
+/// \file lm_stages.hpp
+/// The stages of the `lm` pack; see lm.hpp for their ports and parameters.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <swarmflow/schema/completion_generated.h>
+#include <swarmflow/schema/prompt_generated.h>
+#include <swarmflow/schema/tokens_generated.h>
+#include <swarmflow/stage.hpp>
+
+#include "lm/engine.hpp"
+#include "lm/model.hpp"
+#include "lm/tokenizer.hpp"
+
+namespace swarmflow::lm {
+
+/// Sampling defaults shared by lm.prompts' parameters.
+struct PromptDefaults {
+  std::int64_t max_tokens = 32;
+  double temperature = 0.0;
+  std::int64_t top_k = 0;
+  double top_p = 1.0;
+  std::int64_t seed = 0;
+  std::string stop;
+};
+
+class PromptSource final : public Stage {
+ public:
+  void setup(StageSpec& spec) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  OutputPort<schema::Prompt> out_;
+  std::string path_;
+  PromptDefaults defaults_;
+  std::vector<PayloadPtr> prompts_;
+  std::vector<std::uint64_t> ids_;
+  std::size_t next_ = 0;
+};
+
+class Tokenize final : public Stage {
+ public:
+  void setup(StageSpec& spec) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  InputPort<schema::Prompt> in_;
+  OutputPort<schema::Prompt> out_;
+  std::string model_path_;
+  Tokenizer tokenizer_;
+};
+
+class Generate final : public Stage {
+ public:
+  void setup(StageSpec& spec) override;
+  Status start(StageContext& ctx) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+  void stop(StageContext& ctx) override;
+
+ private:
+  void emit(const TokenEvent& event, Outputs& out);
+
+  InputPort<schema::Prompt> in_;
+  OutputPort<schema::Tokens> out_;
+  std::string model_path_;
+  std::int64_t max_size_ = 8;
+  double max_wait_ms_ = 0;
+  std::int64_t kv_budget_ = 4096;
+  std::int64_t prefill_chunk_ = 64;
+  std::int64_t max_queue_ = 256;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Engine> engine_;
+};
+
+class Detokenize final : public Stage {
+ public:
+  void setup(StageSpec& spec) override;
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+
+ private:
+  struct Partial {
+    std::string text;
+    std::uint32_t tokens = 0;
+  };
+  InputPort<schema::Tokens> in_;
+  OutputPort<schema::Completion> out_;
+  std::map<std::uint64_t, Partial> partial_;
+};
+
+}  // namespace swarmflow::lm

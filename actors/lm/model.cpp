@@ -1,0 +1,438 @@
+#include "lm/model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <Eigen/Core>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace swarmflow::lm {
+
+namespace {
+
+constexpr char kMagic[4] = {'S', 'F', 'L', 'M'};
+constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kFlagTied = 1;
+// Far above anything this pack is meant for; guards the size arithmetic.
+constexpr std::uint32_t kMaxSize = 1u << 20;
+
+/// Reads little-endian fields from a byte string, remembering the first
+/// read past its end.
+class Reader {
+ public:
+  Reader(const std::vector<std::uint8_t>& bytes, std::size_t end) : bytes_(bytes), end_(end) {}
+  bool take(void* out, std::size_t n) {
+    if (n > end_ - pos_) {
+      short_ = true;
+      return false;
+    }
+    std::memcpy(out, bytes_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  std::uint32_t u32() {
+    std::uint32_t v = 0;
+    take(&v, sizeof v);
+    return v;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    take(&v, sizeof v);
+    return v;
+  }
+  float f32() {
+    float v = 0;
+    take(&v, sizeof v);
+    return v;
+  }
+  std::size_t pos() const { return pos_; }
+  bool short_read() const { return short_; }
+
+ private:
+  const std::vector<std::uint8_t>& bytes_;
+  std::size_t end_;
+  std::size_t pos_ = 0;
+  bool short_ = false;
+};
+
+using ConstVec = Eigen::Map<const Eigen::VectorXf>;
+
+#if defined(__SSE2__)
+/// NT rows of x against NR rows of w (x rows from t0, w rows from o0): each
+/// value is summed in four lanes over k in steps of four, then the lanes in a
+/// fixed order, then the tail, so it is the same whatever NT and NR are.
+template <int NT, int NR>
+void tile(const float* x, int in, const float* w, int out, float* y, int t0, int o0) {
+  __m128 acc[NT][NR];
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm_setzero_ps();
+  }
+  const float* xs[NT];
+  const float* ws[NR];
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) xs[i] = x + static_cast<std::ptrdiff_t>(t0 + i) * in;
+  #pragma GCC unroll 4
+  for (int j = 0; j < NR; ++j) ws[j] = w + static_cast<std::ptrdiff_t>(o0 + j) * in;
+  const int k4 = in & ~3;
+  for (int k = 0; k < k4; k += 4) {
+    __m128 wv[NR];
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) wv[j] = _mm_loadu_ps(ws[j] + k);
+    #pragma GCC unroll 4
+    for (int i = 0; i < NT; ++i) {
+      const __m128 xv = _mm_loadu_ps(xs[i] + k);
+      #pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm_add_ps(acc[i][j], _mm_mul_ps(xv, wv[j]));
+    }
+  }
+  #pragma GCC unroll 4
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      alignas(16) float a[4];
+      _mm_store_ps(a, acc[i][j]);
+      float sum = (a[0] + a[1]) + (a[2] + a[3]);
+      for (int k = k4; k < in; ++k) sum += xs[i][k] * ws[j][k];
+      y[static_cast<std::ptrdiff_t>(t0 + i) * out + o0 + j] = sum;
+    }
+  }
+}
+
+template <int NR>
+void tile_rows(const float* x, int rows, int in, const float* w, int out, float* y, int o0) {
+  int t = 0;
+  for (; t + 4 <= rows; t += 4) tile<4, NR>(x, in, w, out, y, t, o0);
+  switch (rows - t) {
+    case 3: tile<3, NR>(x, in, w, out, y, t, o0); break;
+    case 2: tile<2, NR>(x, in, w, out, y, t, o0); break;
+    case 1: tile<1, NR>(x, in, w, out, y, t, o0); break;
+    default: break;
+  }
+}
+
+/// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
+/// Tiles of up to 4 rows of x by 2 rows of w share their loads, and a block
+/// of w rows stays in cache while every row of the batch passes. Each value
+/// is computed in the same order whatever else is in the batch, so batching
+/// never changes a result.
+void matmul(const float* x, int rows, int in, const float* w, int out, float* y) {
+  constexpr int kBlock = 64;
+  for (int b0 = 0; b0 < out; b0 += kBlock) {
+    const int b1 = std::min(out, b0 + kBlock);
+    int o = b0;
+    for (; o + 2 <= b1; o += 2) tile_rows<2>(x, rows, in, w, out, y, o);
+    if (o < b1) tile_rows<1>(x, rows, in, w, out, y, o);
+  }
+}
+#else
+/// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
+/// Blocks of w stay in cache while every row of the batch passes; each value
+/// is one Eigen dot product, so it does not depend on the batch around it.
+void matmul(const float* x, int rows, int in, const float* w, int out, float* y) {
+  constexpr int kBlock = 16;
+  for (int o0 = 0; o0 < out; o0 += kBlock) {
+    const int o1 = std::min(out, o0 + kBlock);
+    for (int t = 0; t < rows; ++t) {
+      const ConstVec xr(x + static_cast<std::ptrdiff_t>(t) * in, in);
+      float* yr = y + static_cast<std::ptrdiff_t>(t) * out;
+      for (int o = o0; o < o1; ++o) yr[o] = xr.dot(ConstVec(w + static_cast<std::ptrdiff_t>(o) * in, in));
+    }
+  }
+}
+#endif
+
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
+  double ss = 0;
+  for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+std::string fail(const std::string& name, const std::string& what) {
+  return "model file '" + name + "': " + what;
+}
+
+}  // namespace
+
+std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
+  static const std::array<std::uint32_t, 256> table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < size; ++i) c = table[(c ^ data[i]) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+KvCache::KvCache(const ModelConfig& config, int capacity)
+    : capacity_(capacity),
+      kv_dim_(config.kv_dim()),
+      k_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()),
+      v_(k_.size()) {}
+
+Status Model::load(const std::string& path, Model& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error(fail(path, "cannot be opened"));
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::error(fail(path, "cannot be read"));
+  return parse(path, std::move(bytes), out);
+}
+
+Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Model& out) {
+  const std::size_t size = bytes.size();
+  if (size < 8 + 4) {
+    return Status::error(fail(name, "truncated: " + std::to_string(size) + " bytes, shorter than the header"));
+  }
+  if (std::memcmp(bytes.data(), kMagic, 4) != 0) {
+    return Status::error(fail(name, "not a swarmflow model (the magic is not 'SFLM')"));
+  }
+  Reader r(bytes, size - 4);
+  char magic[4];
+  r.take(magic, 4);
+  const std::uint32_t version = r.u32();
+  if (version != kVersion) {
+    return Status::error(fail(name, "format version " + std::to_string(version) + ", this build reads version " +
+                                        std::to_string(kVersion)));
+  }
+  std::uint32_t f[9];
+  for (auto& v : f) v = r.u32();
+  ModelConfig c;
+  const float theta = r.f32();
+  const float eps = r.f32();
+  if (r.short_read()) return Status::error(fail(name, "truncated inside the hyperparameters"));
+  for (std::uint32_t v : {f[0], f[1], f[2], f[3], f[4], f[5], f[6]}) {
+    if (v == 0 || v > kMaxSize) {
+      return Status::error(fail(name, "implausible sizes in the header (corrupt?): a size of " + std::to_string(v)));
+    }
+  }
+  c.dim = static_cast<int>(f[0]);
+  c.layers = static_cast<int>(f[1]);
+  c.heads = static_cast<int>(f[2]);
+  c.kv_heads = static_cast<int>(f[3]);
+  c.hidden = static_cast<int>(f[4]);
+  c.vocab = static_cast<int>(f[5]);
+  c.max_seq_len = static_cast<int>(f[6]);
+  c.tied_embeddings = (f[7] & kFlagTied) != 0;
+  c.bos = static_cast<int>(f[8]);
+  c.rope_theta = theta;
+  c.norm_eps = eps;
+  if (c.dim % c.heads != 0 || c.heads % c.kv_heads != 0 || c.head_dim() % 2 != 0 || c.bos >= c.vocab ||
+      !(theta > 0) || !(eps > 0)) {
+    return Status::error(fail(name, "inconsistent hyperparameters (dim " + std::to_string(c.dim) + ", heads " +
+                                        std::to_string(c.heads) + ", kv_heads " + std::to_string(c.kv_heads) + ")"));
+  }
+
+  const std::uint32_t tokenizer_bytes = r.u32();
+  const std::size_t tokenizer_end = r.pos() + tokenizer_bytes;
+  std::vector<std::string> pieces;
+  pieces.reserve(static_cast<std::size_t>(c.vocab));
+  for (int i = 0; i < c.vocab && !r.short_read(); ++i) {
+    const std::uint32_t n = r.u32();
+    if (n > 64) return Status::error(fail(name, "token " + std::to_string(i) + " is " + std::to_string(n) + " bytes long (corrupt?)"));
+    std::string piece(n, '\0');
+    if (r.take(piece.data(), n)) pieces.push_back(std::move(piece));
+  }
+  if (r.short_read()) return Status::error(fail(name, "truncated inside the tokenizer"));
+  if (r.pos() != tokenizer_end) return Status::error(fail(name, "the tokenizer's size does not match its entries"));
+
+  const std::uint64_t data_bytes = r.u64();
+  if (r.short_read()) return Status::error(fail(name, "truncated before the weights"));
+  const std::int64_t d = c.dim, h = c.hidden, kv = c.kv_dim();
+  const std::int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
+  const std::int64_t floats = c.vocab * d + c.layers * per_layer + d + (c.tied_embeddings ? 0 : c.vocab * d);
+  if (data_bytes != static_cast<std::uint64_t>(floats) * 4) {
+    return Status::error(fail(name, "the weights are " + std::to_string(data_bytes) + " bytes, the sizes need " +
+                                        std::to_string(floats * 4)));
+  }
+  if (data_bytes > size - 4 - r.pos()) {
+    return Status::error(fail(name, "truncated: " + std::to_string(size) + " bytes, the header announces " +
+                                        std::to_string(r.pos() + data_bytes + 4)));
+  }
+  std::vector<float> weights(static_cast<std::size_t>(floats));
+  r.take(weights.data(), data_bytes);
+  if (r.pos() != size - 4) {
+    return Status::error(fail(name, std::to_string(size - 4 - r.pos()) + " unexpected bytes after the weights"));
+  }
+  std::uint32_t stored = 0;
+  std::memcpy(&stored, bytes.data() + size - 4, 4);
+  const std::uint32_t actual = crc32(bytes.data(), size - 4);
+  if (stored != actual) {
+    return Status::error(fail(name, "checksum mismatch (the file says " + std::to_string(stored) +
+                                        ", its contents give " + std::to_string(actual) + "): the file is corrupt"));
+  }
+
+  Model m;
+  m.config_ = c;
+  m.pieces_ = std::move(pieces);
+  m.weights_ = std::move(weights);
+  const float* p = m.weights_.data();
+  auto next = [&p](std::int64_t n) {
+    const float* at = p;
+    p += n;
+    return at;
+  };
+  m.embedding_ = next(c.vocab * d);
+  for (int l = 0; l < c.layers; ++l) {
+    Layer L{};
+    L.attn_norm = next(d);
+    L.wq = next(d * d);
+    L.wk = next(kv * d);
+    L.wv = next(kv * d);
+    L.wo = next(d * d);
+    L.ffn_norm = next(d);
+    L.w1 = next(h * d);
+    L.w2 = next(d * h);
+    L.w3 = next(h * d);
+    m.layers_.push_back(L);
+  }
+  m.final_norm_ = next(d);
+  m.output_ = c.tied_embeddings ? m.embedding_ : next(c.vocab * d);
+
+  const int half = c.head_dim() / 2;
+  m.rope_cos_.resize(static_cast<std::size_t>(c.max_seq_len) * half);
+  m.rope_sin_.resize(m.rope_cos_.size());
+  for (int pos = 0; pos < c.max_seq_len; ++pos) {
+    for (int i = 0; i < half; ++i) {
+      const double inv = 1.0 / std::pow(static_cast<double>(c.rope_theta), (2.0 * i) / c.head_dim());
+      const double angle = pos * inv;
+      m.rope_cos_[static_cast<std::size_t>(pos) * half + i] = static_cast<float>(std::cos(angle));
+      m.rope_sin_[static_cast<std::size_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  out = std::move(m);
+  return {};
+}
+
+void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& logits) const {
+  const ModelConfig& c = config_;
+  const int d = c.dim, hd = c.head_dim(), kv = c.kv_dim(), half = hd / 2;
+  const int group = c.heads / c.kv_heads;
+  int total = 0;
+  int rows_out = 0;
+  for (const auto& it : items) {
+    total += it.count;
+    rows_out += it.all_logits ? it.count : (it.count > 0 ? 1 : 0);
+  }
+  if (total == 0) {
+    logits.clear();
+    return;
+  }
+  const auto T = static_cast<std::size_t>(total);
+  std::vector<float> x(T * d), xb(T * d), q(T * d), k(T * kv), v(T * kv), att(T * d), tmp(T * d);
+  std::vector<float> h1(T * c.hidden), h3(T * c.hidden);
+  std::vector<float> scores;
+
+  // Token t of the batch: its item and its position in that item's sequence.
+  std::vector<int> item_of(T), pos_of(T);
+  {
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      for (int j = 0; j < items[i].count; ++j, ++t) {
+        item_of[t] = static_cast<int>(i);
+        pos_of[t] = items[i].cache->length_ + j;
+        const int tok = items[i].tokens[j];
+        std::memcpy(&x[t * d], embedding_ + static_cast<std::ptrdiff_t>(tok) * d, sizeof(float) * d);
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  auto rope = [&](float* vec, int n_heads, int pos) {
+    const float* cs = &rope_cos_[static_cast<std::size_t>(pos) * half];
+    const float* sn = &rope_sin_[static_cast<std::size_t>(pos) * half];
+    for (int hh = 0; hh < n_heads; ++hh) {
+      float* head = vec + hh * hd;
+      for (int i = 0; i < half; ++i) {
+        const float a = head[2 * i], b = head[2 * i + 1];
+        head[2 * i] = a * cs[i] - b * sn[i];
+        head[2 * i + 1] = a * sn[i] + b * cs[i];
+      }
+    }
+  };
+
+  for (int l = 0; l < c.layers; ++l) {
+    const Layer& L = layers_[static_cast<std::size_t>(l)];
+    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.attn_norm, d, c.norm_eps, &xb[t * d]);
+    matmul(xb.data(), total, d, L.wq, d, q.data());
+    matmul(xb.data(), total, d, L.wk, kv, k.data());
+    matmul(xb.data(), total, d, L.wv, kv, v.data());
+    for (std::size_t t = 0; t < T; ++t) {
+      rope(&q[t * d], c.heads, pos_of[t]);
+      rope(&k[t * kv], c.kv_heads, pos_of[t]);
+      KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
+      const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
+      std::memcpy(&cache.k_[at], &k[t * kv], sizeof(float) * kv);
+      std::memcpy(&cache.v_[at], &v[t * kv], sizeof(float) * kv);
+    }
+    for (std::size_t t = 0; t < T; ++t) {
+      const KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
+      const int n = pos_of[t] + 1;
+      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      scores.resize(static_cast<std::size_t>(n));
+      for (int hh = 0; hh < c.heads; ++hh) {
+        const int kvh = hh / group;
+        const ConstVec qh(&q[t * d + static_cast<std::size_t>(hh) * hd], hd);
+        float mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          scores[j] = qh.dot(ConstVec(kbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd, hd)) * scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float sum = 0;
+        for (int j = 0; j < n; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        float* out = &att[t * d + static_cast<std::size_t>(hh) * hd];
+        std::fill(out, out + hd, 0.0f);
+        for (int j = 0; j < n; ++j) {
+          const float a = scores[j] / sum;
+          const float* vj = vbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd;
+          for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
+        }
+      }
+    }
+    matmul(att.data(), total, d, L.wo, d, tmp.data());
+    for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
+    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.ffn_norm, d, c.norm_eps, &xb[t * d]);
+    matmul(xb.data(), total, d, L.w1, c.hidden, h1.data());
+    matmul(xb.data(), total, d, L.w3, c.hidden, h3.data());
+    for (std::size_t i = 0; i < h1.size(); ++i) {
+      const float a = h1[i];
+      h1[i] = a / (1.0f + std::exp(-a)) * h3[i];
+    }
+    matmul(h1.data(), total, c.hidden, L.w2, d, tmp.data());
+    for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
+  }
+
+  std::vector<float> last(static_cast<std::size_t>(rows_out) * d);
+  {
+    std::size_t t = 0, row = 0;
+    for (const auto& it : items) {
+      for (int j = 0; j < it.count; ++j, ++t) {
+        if (it.all_logits || j == it.count - 1) {
+          rmsnorm(&x[t * d], final_norm_, d, c.norm_eps, &last[row * d]);
+          ++row;
+        }
+      }
+    }
+  }
+  logits.resize(static_cast<std::size_t>(rows_out) * c.vocab);
+  matmul(last.data(), rows_out, d, output_, c.vocab, logits.data());
+  for (const auto& it : items) it.cache->length_ += it.count;
+}
+
+}  // namespace swarmflow::lm

@@ -1,0 +1,89 @@
+// Tokens per second of the lm pack's engine, one request at a time against
+// continuous batching at several batch sizes, on the same requests in the
+// same run. Each run submits every request at once (saturation) and steps
+// the engine until all are done; TTFT and TPOT are per request, measured on
+// the steady clock.
+//
+//   swarmflow_bench_lm [--model models/devil-1m.sflm] [--requests 32] [--max-tokens 64]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lm/engine.hpp"
+
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+const char* kPrompts[] = {"ABSURDITY, n.", "BORE, n.  A person who talks", "CYNIC, n.  A blackguard whose",
+                          "LOVE, n.  A temporary insanity curable by", "WAR, n.", "PHILOSOPHY, n.",
+                          "LAWYER, n.  One skilled in", "DICTIONARY, n."};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path = "models/devil-1m.sflm";
+  int requests = 32;
+  int max_tokens = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--model") == 0) model_path = argv[i + 1];
+    if (std::strcmp(argv[i], "--requests") == 0) requests = std::stoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--max-tokens") == 0) max_tokens = std::stoi(argv[i + 1]);
+  }
+  swarmflow::lm::Model model;
+  const swarmflow::Status s = swarmflow::lm::Model::load(model_path, model);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("model %s: %lld parameters; %d requests of %d tokens, greedy, all submitted at once\n",
+              model_path.c_str(), static_cast<long long>(model.parameter_count()), requests, max_tokens);
+  std::printf("%-10s %10s %10s %12s %12s %12s %12s\n", "max_size", "tokens/s", "x alone", "TTFT p50 ms",
+              "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms");
+  double alone = 0;
+  for (int size : {1, 2, 4, 8, 16}) {
+    swarmflow::lm::BatchSettings settings;
+    settings.max_size = size;
+    settings.kv_budget_tokens = 1 << 20;
+    settings.max_queue = requests;
+    swarmflow::lm::Engine engine(model, settings);
+    const std::int64_t start = now_ns();
+    for (int i = 0; i < requests; ++i) {
+      swarmflow::lm::GenerateRequest r;
+      r.id = static_cast<std::uint64_t>(i + 1);
+      r.prompt = engine.tokenizer().encode(kPrompts[i % 8], true);
+      r.max_tokens = max_tokens;
+      engine.submit(r, start);
+    }
+    std::vector<swarmflow::lm::TokenEvent> events;
+    std::int64_t tokens = 0;
+    while (!engine.idle()) {
+      events.clear();
+      engine.step(now_ns(), events);
+      tokens += static_cast<std::int64_t>(events.size());
+    }
+    const double secs = static_cast<double>(now_ns() - start) / 1e9;
+    std::vector<double> ttft, tpot;
+    for (const auto& t : engine.take_timings()) {
+      ttft.push_back(static_cast<double>(t.first_token_ns - t.arrived_ns) / 1e6);
+      if (t.tokens > 1) tpot.push_back(static_cast<double>(t.last_token_ns - t.first_token_ns) / 1e6 / (t.tokens - 1));
+    }
+    const double rate = static_cast<double>(tokens) / secs;
+    if (size == 1) alone = rate;
+    std::printf("%-10d %10.0f %10.2f %12.1f %12.1f %12.2f %12.2f\n", size, rate, rate / alone, percentile(ttft, 0.5),
+                percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99));
+  }
+  return 0;
+}

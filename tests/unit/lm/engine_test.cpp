@@ -1,0 +1,162 @@
+// Continuous batching must not change what a request generates.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lm/engine.hpp"
+
+namespace swarmflow::lm {
+namespace {
+
+const std::string kModel = std::string(SWARMFLOW_SOURCE_DIR) + "/models/devil-1m.sflm";
+
+const std::vector<std::string> kPrompts = {
+    "ABSURDITY, n.", "BORE, n.  A person who talks", "The", "CYNIC, n.  A blackguard whose",
+    "LOVE, n.  A temporary insanity curable by", "Q",
+};
+
+class LmEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new Model;
+    const Status s = Model::load(kModel, *model_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  GenerateRequest request(std::uint64_t id, const std::string& prompt, SamplingParams sampling = {}) const {
+    const Tokenizer tok(model_->pieces(), model_->config().bos);
+    GenerateRequest r;
+    r.id = id;
+    r.prompt = tok.encode(prompt, true);
+    r.max_tokens = 24;
+    r.sampling = sampling;
+    return r;
+  }
+
+  /// Runs `requests`, the i-th submitted before step `arrive_at[i]`; returns
+  /// the tokens of each request and checks positions and the final flag.
+  std::map<std::uint64_t, std::vector<int>> run(const std::vector<GenerateRequest>& requests,
+                                                const std::vector<int>& arrive_at, BatchSettings settings) const {
+    Engine engine(*model_, settings);
+    std::map<std::uint64_t, std::vector<int>> out;
+    std::map<std::uint64_t, bool> done;
+    std::size_t next = 0;
+    std::vector<TokenEvent> events;
+    for (int step = 0; step < 10'000; ++step) {
+      while (next < requests.size() && arrive_at[next] <= step) {
+        EXPECT_EQ(engine.submit(requests[next], step), "");
+        ++next;
+      }
+      if (next == requests.size() && engine.idle()) break;
+      events.clear();
+      engine.step(step, events);
+      EXPECT_LE(engine.policy().reserved_tokens(), settings.kv_budget_tokens);
+      for (const TokenEvent& e : events) {
+        EXPECT_FALSE(done[e.request]);
+        EXPECT_EQ(e.position, static_cast<int>(out[e.request].size()));
+        out[e.request].push_back(e.token);
+        done[e.request] = e.final;
+      }
+    }
+    for (const auto& r : requests) EXPECT_TRUE(done[r.id]) << r.id;
+    return out;
+  }
+
+  static Model* model_;
+};
+Model* LmEngine::model_ = nullptr;
+
+TEST_F(LmEngine, GreedyBatchedOutputEqualsEachRequestAlone) {
+  std::vector<GenerateRequest> requests;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i) requests.push_back(request(i + 1, kPrompts[i]));
+  BatchSettings batched;
+  batched.max_size = 4;
+  batched.prefill_chunk = 5;  // prompts spread over several steps
+  batched.kv_budget_tokens = 4 * 64;
+  const auto together = run(requests, {0, 0, 1, 3, 7, 20}, batched);
+
+  BatchSettings alone;
+  alone.max_size = 1;
+  for (const auto& r : requests) {
+    const auto single = run({r}, {0}, alone);
+    EXPECT_EQ(together.at(r.id), single.at(r.id)) << "request " << r.id;
+    EXPECT_EQ(single.at(r.id).size(), 24u);
+  }
+}
+
+TEST_F(LmEngine, SeededSamplingIsTheSameBatchedOrAlone) {
+  SamplingParams s;
+  s.temperature = 0.9;
+  s.top_k = 40;
+  s.top_p = 0.95;
+  std::vector<GenerateRequest> requests;
+  for (std::size_t i = 0; i < 4; ++i) {
+    s.seed = 100 + i;
+    requests.push_back(request(i + 1, kPrompts[i], s));
+  }
+  BatchSettings batched;
+  batched.max_size = 3;
+  const auto together = run(requests, {0, 0, 0, 2}, batched);
+  BatchSettings alone;
+  alone.max_size = 1;
+  for (const auto& r : requests) EXPECT_EQ(together.at(r.id), run({r}, {0}, alone).at(r.id));
+  // A different seed gives a different text.
+  GenerateRequest other = requests[0];
+  other.sampling.seed = 7;
+  EXPECT_NE(run({other}, {0}, alone).at(other.id), together.at(requests[0].id));
+}
+
+TEST_F(LmEngine, TemperatureZeroIsDeterministic) {
+  BatchSettings settings;
+  const auto a = run({request(1, "DOG, n.")}, {0}, settings);
+  const auto b = run({request(1, "DOG, n.")}, {0}, settings);
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(LmEngine, StopsAtAStopString) {
+  Engine engine(*model_, BatchSettings{});
+  GenerateRequest r = request(1, "DOG, n.");
+  r.max_tokens = 200;
+  // The greedy continuation, cut at its first space after a few tokens.
+  const auto full = run({r}, {0}, BatchSettings{});
+  const Tokenizer tok(model_->pieces(), model_->config().bos);
+  const std::string text = tok.decode(full.at(1));
+  ASSERT_NE(text.find(' '), std::string::npos) << text;
+  r.stop = {" "};
+  r.max_tokens = 200;
+  ASSERT_EQ(engine.submit(r, 0), "");
+  std::vector<TokenEvent> events;
+  for (int i = 0; i < 300 && !engine.idle(); ++i) engine.step(i, events);
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().final);
+  EXPECT_EQ(events.back().finish_reason, "stop");
+  std::string got;
+  for (const auto& e : events) got += e.piece;
+  EXPECT_EQ(got, text.substr(0, text.find(' ') + 1));
+}
+
+TEST_F(LmEngine, RefusesWhatCanNeverFitAndFreesTheCacheOnCancel) {
+  BatchSettings settings;
+  settings.kv_budget_tokens = 40;
+  Engine engine(*model_, settings);
+  GenerateRequest big = request(1, "LAWYER, n.  One skilled in the circumvention of the law.");
+  big.max_tokens = 10;
+  const std::string why = engine.submit(big, 0);
+  EXPECT_NE(why.find("more than the budget of 40"), std::string::npos) << why;
+
+  GenerateRequest small = request(2, "CAT");
+  small.max_tokens = 30;
+  ASSERT_EQ(engine.submit(small, 0), "");
+  std::vector<TokenEvent> events;
+  engine.step(0, events);
+  EXPECT_EQ(engine.policy().reserved_tokens(), 34);
+  engine.cancel(2);
+  EXPECT_EQ(engine.policy().reserved_tokens(), 0);
+  EXPECT_TRUE(engine.idle());
+}
+
+}  // namespace
+}  // namespace swarmflow::lm

@@ -1,0 +1,145 @@
+// The lm stages driven one at a time, without actors.
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "lm/lm.hpp"
+#include "lm/lm_stages.hpp"
+#include "support/stage_runner.hpp"
+
+namespace swarmflow {
+namespace {
+
+using testing::StageRunner;
+
+const std::string kModel = std::string(SWARMFLOW_SOURCE_DIR) + "/models/devil-1m.sflm";
+
+Envelope prompt(std::uint64_t id, const std::string& text, int max_tokens) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto t = fbb.CreateString(text);
+  fbb.Finish(schema::CreatePrompt(fbb, id, t, 0, max_tokens), schema::PromptIdentifier());
+  EnvelopeHeader h;
+  h.stream = id;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+class LmStages : public ::testing::Test {
+ protected:
+  void SetUp() override { register_lm_stages(registry_); }
+  Registry registry_;
+};
+
+TEST_F(LmStages, GenerateEmitsOneEnvelopePerTokenWithItsVoteKeyAndProbability) {
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", kModel).ok());
+  ASSERT_TRUE(gen.start().ok());
+  ASSERT_TRUE(gen.feed("in", prompt(7, "DOG, n.", 12)).ok());
+  const auto& out = gen.output("out");
+  ASSERT_EQ(out.size(), 12u);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto* t = out[i].as<schema::Tokens>();
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->ids()->size(), 1u);
+    EXPECT_EQ(t->request_id(), 7u);
+    EXPECT_EQ(t->position(), i);
+    EXPECT_EQ(t->final(), i + 1 == out.size());
+    EXPECT_EQ(out[i].header().stream, 7u);
+    EXPECT_EQ(out[i].header().seq, i);
+    EXPECT_EQ(out[i].header().vote_key, static_cast<std::uint64_t>(t->ids()->Get(0)));
+    EXPECT_NEAR(out[i].header().confidence, std::exp(t->logprobs()->Get(0)), 1e-6);
+    EXPECT_FLOAT_EQ(t->confidence()->Get(0), out[i].header().confidence);
+    EXPECT_EQ(t->pieces()->Get(0)->str(), std::string(1, static_cast<char>(t->ids()->Get(0))));
+  }
+  EXPECT_EQ(out.back().as<schema::Tokens>()->finish_reason()->str(), "length");
+  EXPECT_EQ(gen.counter_value("tokens"), 12);
+  EXPECT_EQ(gen.counter_value("requests"), 1);
+}
+
+TEST_F(LmStages, GenerateRefusesARequestOverTheKvBudgetWithAReason) {
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", kModel).ok());
+  ASSERT_TRUE(gen.set("batch.kv_budget_tokens", std::int64_t{16}).ok());
+  ASSERT_TRUE(gen.start().ok());
+  ASSERT_TRUE(gen.feed("in", prompt(3, "LAWYER, n.", 32)).ok());
+  const auto& out = gen.output("out");
+  ASSERT_EQ(out.size(), 1u);
+  const auto* t = out[0].as<schema::Tokens>();
+  EXPECT_TRUE(t->final());
+  EXPECT_EQ(t->request_id(), 3u);
+  EXPECT_NE(t->finish_reason()->str().find("refused: needs 43 tokens"), std::string::npos) << t->finish_reason()->str();
+  EXPECT_EQ(gen.counter_value("refused"), 1);
+}
+
+TEST_F(LmStages, TokenizeGenerateDetokenizeGiveTheGeneratedText) {
+  StageRunner tok(registry_, "lm.tokenize");
+  ASSERT_TRUE(tok.set("model", kModel).ok());
+  ASSERT_TRUE(tok.start().ok());
+  ASSERT_TRUE(tok.feed("in", prompt(1, "CAT, n.", 10)).ok());
+  ASSERT_EQ(tok.output("out").size(), 1u);
+  const auto* p = tok.output("out")[0].as<schema::Prompt>();
+  ASSERT_EQ(p->tokens()->size(), 8u);  // BOS and 7 bytes
+  EXPECT_EQ(p->tokens()->Get(0), 256);
+  EXPECT_EQ(p->max_tokens(), 10);
+
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", kModel).ok());
+  ASSERT_TRUE(gen.start().ok());
+  ASSERT_TRUE(gen.feed("in", tok.output("out")[0]).ok());
+  StageRunner detok(registry_, "lm.detokenize");
+  ASSERT_TRUE(detok.start().ok());
+  std::string expected;
+  for (const auto& e : gen.output("out")) {
+    expected += e.as<schema::Tokens>()->pieces()->Get(0)->str();
+    ASSERT_TRUE(detok.feed("in", e).ok());
+  }
+  ASSERT_EQ(detok.output("out").size(), 1u);
+  const auto* c = detok.output("out")[0].as<schema::Completion>();
+  EXPECT_EQ(c->request_id(), 1u);
+  EXPECT_EQ(c->text()->str(), expected);
+  EXPECT_EQ(c->tokens(), 10u);
+  EXPECT_EQ(c->finish_reason()->str(), "length");
+}
+
+TEST_F(LmStages, PromptsReadsTextAndJsonLines) {
+  const std::string path = ::testing::TempDir() + "lm_prompts.txt";
+  {
+    std::ofstream f(path);
+    f << "FIRST, n.\n\n{\"prompt\": \"SECOND\", \"id\": 10, \"max_tokens\": 5, \"stop\": [\"x\", \"y\"]}\nTHIRD\n";
+  }
+  StageRunner src(registry_, "lm.prompts");
+  ASSERT_TRUE(src.set("path", path).ok());
+  ASSERT_TRUE(src.set("max_tokens", std::int64_t{9}).ok());
+  ASSERT_TRUE(src.start().ok());
+  ASSERT_TRUE(src.pull_all().is_end_of_stream());
+  const auto& out = src.output("out");
+  ASSERT_EQ(out.size(), 3u);
+  const auto* a = out[0].as<schema::Prompt>();
+  const auto* b = out[1].as<schema::Prompt>();
+  const auto* c = out[2].as<schema::Prompt>();
+  EXPECT_EQ(a->text()->str(), "FIRST, n.");
+  EXPECT_EQ(a->request_id(), 1u);
+  EXPECT_EQ(a->max_tokens(), 9);
+  EXPECT_EQ(b->request_id(), 10u);
+  EXPECT_EQ(b->max_tokens(), 5);
+  EXPECT_EQ(b->stop()->size(), 2u);
+  EXPECT_EQ(c->request_id(), 11u);
+  EXPECT_EQ(out[2].header().stream, 11u);
+  EXPECT_EQ(src.counter_value("expected"), 3);
+
+  StageRunner bad(registry_, "lm.prompts");
+  ASSERT_TRUE(bad.set("path", std::string("/nonexistent/prompts.txt")).ok());
+  EXPECT_TRUE(bad.start().is_error());
+}
+
+TEST_F(LmStages, AMissingModelFailsStartWithItsName) {
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", std::string("/nonexistent/x.sflm")).ok());
+  const Status s = gen.start();
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("/nonexistent/x.sflm"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace swarmflow

@@ -1,0 +1,239 @@
+// The model file, the tokenizer and the forward pass against the PyTorch
+// reference written by scripts/train_lm.py.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lm/model.hpp"
+#include "lm/tokenizer.hpp"
+
+namespace swarmflow::lm {
+namespace {
+
+const std::string kModel = std::string(SWARMFLOW_SOURCE_DIR) + "/models/devil-1m.sflm";
+const std::string kReference = std::string(SWARMFLOW_SOURCE_DIR) + "/tests/data/lm_reference.bin";
+
+struct ReferencePrompt {
+  std::string text;
+  std::vector<int> ids;
+  std::vector<float> logits;  // [ids.size()][vocab]
+};
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<ReferencePrompt> read_reference(int& vocab) {
+  const std::vector<std::uint8_t> b = read_bytes(kReference);
+  std::size_t at = 0;
+  auto u32 = [&] {
+    std::uint32_t v = 0;
+    std::memcpy(&v, b.data() + at, 4);
+    at += 4;
+    return v;
+  };
+  EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "SFLR");
+  at = 4;
+  const std::uint32_t n = u32();
+  vocab = static_cast<int>(u32());
+  std::vector<ReferencePrompt> out;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ReferencePrompt p;
+    const std::uint32_t len = u32();
+    p.text.assign(reinterpret_cast<const char*>(b.data() + at), len);
+    at += len;
+    const std::uint32_t count = u32();
+    p.ids.resize(count);
+    std::memcpy(p.ids.data(), b.data() + at, 4 * count);
+    at += 4 * count;
+    p.logits.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(vocab));
+    std::memcpy(p.logits.data(), b.data() + at, 4 * p.logits.size());
+    at += 4 * p.logits.size();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+class LmModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new Model;
+    const Status s = Model::load(kModel, *model_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  static void TearDownTestSuite() { delete model_; }
+  static Model* model_;
+};
+Model* LmModel::model_ = nullptr;
+
+float max_diff(const float* a, const float* b, std::size_t n) {
+  float worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+TEST_F(LmModel, HeaderDescribesASmallLlamaStyleModel) {
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(c.vocab, 257);
+  EXPECT_EQ(c.bos, 256);
+  EXPECT_GT(c.layers, 0);
+  EXPECT_GT(model_->parameter_count(), 500'000);
+  EXPECT_LT(model_->parameter_count(), 15'000'000);
+}
+
+TEST_F(LmModel, TokenizerRoundTrip) {
+  const Tokenizer tok(model_->pieces(), model_->config().bos);
+  for (const std::string& s : {std::string("CYNIC, n.  A blackguard whose faulty vision"), std::string(""),
+                              std::string("tabs\tand\nnewlines, caf\xc3\xa9, \x01\xff bytes")}) {
+    const std::vector<int> ids = tok.encode(s, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), tok.bos());
+    EXPECT_EQ(ids.size(), s.size() + 1);
+    EXPECT_EQ(tok.decode(ids), s);
+  }
+  EXPECT_EQ(tok.piece(tok.bos()), "");
+  EXPECT_EQ(tok.piece('A'), "A");
+}
+
+TEST_F(LmModel, LogitsMatchThePyTorchReference) {
+  int vocab = 0;
+  const std::vector<ReferencePrompt> ref = read_reference(vocab);
+  ASSERT_EQ(vocab, model_->config().vocab);
+  ASSERT_GE(ref.size(), 3u);
+  const Tokenizer tok(model_->pieces(), model_->config().bos);
+  for (const ReferencePrompt& p : ref) {
+    EXPECT_EQ(tok.encode(p.text, true), p.ids) << p.text;
+    KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
+    std::vector<float> logits;
+    model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
+    ASSERT_EQ(logits.size(), p.logits.size());
+    EXPECT_LT(max_diff(logits.data(), p.logits.data(), logits.size()), 1e-4f) << p.text;
+  }
+}
+
+TEST_F(LmModel, ChunkedPrefillAndBatchingGiveTheSameLogits) {
+  int vocab = 0;
+  const std::vector<ReferencePrompt> ref = read_reference(vocab);
+  // All prompts in one batch, fed 3 tokens at a time through their caches.
+  std::vector<KvCache> caches;
+  for (const auto& p : ref) caches.emplace_back(model_->config(), static_cast<int>(p.ids.size()));
+  std::vector<std::vector<float>> got(ref.size());
+  for (int start = 0;; start += 3) {
+    std::vector<ForwardItem> items;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const int n = std::min<int>(3, static_cast<int>(ref[i].ids.size()) - start);
+      if (n <= 0) continue;
+      items.push_back(ForwardItem{&caches[i], ref[i].ids.data() + start, n, true});
+      which.push_back(i);
+    }
+    if (items.empty()) break;
+    std::vector<float> logits;
+    model_->forward(items, logits);
+    std::size_t row = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      auto& g = got[which[k]];
+      const auto n = static_cast<std::size_t>(items[k].count) * static_cast<std::size_t>(vocab);
+      g.insert(g.end(), logits.begin() + static_cast<std::ptrdiff_t>(row), logits.begin() + static_cast<std::ptrdiff_t>(row + n));
+      row += n;
+    }
+  }
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(got[i].size(), ref[i].logits.size());
+    EXPECT_LT(max_diff(got[i].data(), ref[i].logits.data(), got[i].size()), 1e-4f) << ref[i].text;
+  }
+}
+
+TEST_F(LmModel, BatchedLogitsAreBitIdenticalToOneSequenceAlone) {
+  int vocab = 0;
+  const std::vector<ReferencePrompt> ref = read_reference(vocab);
+  // Alone: each prompt whole, in its own forward pass.
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : ref) {
+    KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
+    std::vector<float> logits;
+    model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
+    alone.push_back(logits);
+  }
+  // Together: every prompt in one pass, so tiles mix rows of different prompts.
+  std::vector<KvCache> caches;
+  std::vector<ForwardItem> items;
+  for (const auto& p : ref) caches.emplace_back(model_->config(), static_cast<int>(p.ids.size()));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    items.push_back(ForwardItem{&caches[i], ref[i].ids.data(), static_cast<int>(ref[i].ids.size()), true});
+  }
+  std::vector<float> together;
+  model_->forward(items, together);
+  std::size_t at = 0;
+  for (const auto& a : alone) {
+    const std::vector<float> part(together.begin() + static_cast<std::ptrdiff_t>(at),
+                                  together.begin() + static_cast<std::ptrdiff_t>(at + a.size()));
+    EXPECT_EQ(part, a);
+    at += a.size();
+  }
+  EXPECT_EQ(at, together.size());
+}
+
+// -- refusing bad files ------------------------------------------------------
+
+Status parse_bytes(const std::vector<std::uint8_t>& bytes) {
+  Model m;
+  return Model::parse("bad.sflm", bytes, m);
+}
+
+TEST(LmModelFile, RefusesAMissingFile) {
+  Model m;
+  const Status s = Model::load("/nonexistent/model.sflm", m);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("/nonexistent/model.sflm"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("cannot be opened"), std::string::npos) << s.message();
+}
+
+TEST(LmModelFile, RefusesATruncatedFile) {
+  std::vector<std::uint8_t> bytes = read_bytes(kModel);
+  ASSERT_GT(bytes.size(), 1000u);
+  for (std::size_t keep : {std::size_t{6}, std::size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    const Status s = parse_bytes(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(keep)));
+    ASSERT_TRUE(s.is_error()) << keep;
+    EXPECT_NE(s.message().find("bad.sflm"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+  }
+}
+
+TEST(LmModelFile, RefusesACorruptFile) {
+  std::vector<std::uint8_t> bytes = read_bytes(kModel);
+  bytes[bytes.size() / 2] ^= 0x40;
+  const Status s = parse_bytes(bytes);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("bad.sflm"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+}
+
+TEST(LmModelFile, RefusesAWrongMagicOrVersion) {
+  std::vector<std::uint8_t> bytes = read_bytes(kModel);
+  std::vector<std::uint8_t> magic = bytes;
+  magic[0] = 'X';
+  Status s = parse_bytes(magic);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("magic"), std::string::npos) << s.message();
+  std::vector<std::uint8_t> version = bytes;
+  version[4] = 9;
+  s = parse_bytes(version);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("version 9"), std::string::npos) << s.message();
+}
+
+TEST(LmModelFile, LoadsAnIntactCopy) {
+  Model m;
+  const Status s = Model::parse("copy.sflm", read_bytes(kModel), m);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+}  // namespace
+}  // namespace swarmflow::lm
