@@ -751,6 +751,8 @@ TEST_F(LoaderTest, FailureSettings) {
   EXPECT_EQ(defaults->failure.min_std_ms, 5.0);
   EXPECT_EQ(defaults->failure.acceptable_pause_ms, 200);
   EXPECT_EQ(defaults->failure.window, 200);
+  EXPECT_EQ(defaults->failure.snapshot_every, 64);
+  EXPECT_EQ(defaults->failure.snapshot_ms, 100);
   auto spec = load(R"(pipeline: t
 failure:
   heartbeat_ms: 50
@@ -758,6 +760,8 @@ failure:
   min_std_ms: 2.5
   acceptable_pause_ms: 0
   window: 1000
+  snapshot_every: 8
+  snapshot_ms: 20
 stages:
   - {id: source, type: sim.source}
 )");
@@ -767,6 +771,18 @@ stages:
   EXPECT_EQ(spec->failure.min_std_ms, 2.5);
   EXPECT_EQ(spec->failure.acceptable_pause_ms, 0);
   EXPECT_EQ(spec->failure.window, 1000);
+  EXPECT_EQ(spec->failure.snapshot_every, 8);
+  EXPECT_EQ(spec->failure.snapshot_ms, 20);
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+failure: {snapshot_every: 0, snapshot_ms: 0}
+)");
+  ASSERT_EQ(diagnostics_.size(), 2U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 27);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "'snapshot_every' must be between 1 and")) << diagnostics_[0].to_string();
+  EXPECT_AT(diagnostics_[1], 4, 43);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "'snapshot_ms' must be between 1 and")) << diagnostics_[1].to_string();
 }
 
 TEST_F(LoaderTest, BadFailureValues) {
