@@ -59,7 +59,9 @@ namespace {
 // -- vocabulary ---
 
 const std::vector<std::string> kTopKeys = {"pipeline",  "units",     "coordinator", "coordinator_key", "plugins",
-                                           "stages",    "placement", "transport",   "failure"};
+                                           "stages",    "placement", "transport",   "failure",
+                                           "scenario"};
+const std::vector<std::string> kScenarioKeys = {"at_s", "unit", "speed"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes"};
 const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
@@ -508,6 +510,7 @@ class Loader {
     if (const Entry* e = entries->find("placement")) read_placement(*e);
     if (const Entry* e = entries->find("transport")) read_transport(*e);
     if (const Entry* e = entries->find("failure")) read_failure(*e);
+    if (const Entry* e = entries->find("scenario")) read_scenario(*e);
   }
 
   /// `plugins: [lib/libmine.so, ...]` (or one path): shared libraries of
@@ -1134,6 +1137,54 @@ class Loader {
       return std::nullopt;
     }
     return v;
+  }
+
+  /// `scenario:`, a list of `{at_s, unit, speed}`: emulated load changes.
+  void read_scenario(const Entry& e) {
+    if (!e.value.IsSequence()) {
+      report(e.value_loc(), "'scenario' must be a list, got " + shown(e.value),
+             "write a list of `{at_s: 2.0, unit: u1, speed: 0.25}`");
+      return;
+    }
+    std::size_t index = 0;
+    for (const auto& node : e.value) {
+      const std::string what = "scenario step " + std::to_string(++index);
+      auto entries = read_map(node, loc_of(node), what, kScenarioKeys);
+      if (!entries) continue;
+      ScenarioStep step;
+      step.loc = loc_of(node);
+      bool ok = true;
+      const Entry* at = entries->find("at_s");
+      const Entry* unit = entries->find("unit");
+      const Entry* speed = entries->find("speed");
+      if (at == nullptr || unit == nullptr || speed == nullptr) {
+        report(loc_of(node), what + " needs `at_s`, `unit` and `speed`", "write `{at_s: 2.0, unit: u1, speed: 0.25}`");
+        continue;
+      }
+      if (auto v = read_number_in(*at, what + " at_s", 0, 1e7, "seconds into the run, 0 or more")) {
+        step.at_s = *v;
+      } else {
+        ok = false;
+      }
+      if (auto id = read_string(*unit, what + " unit")) {
+        bool known = false;
+        for (const auto& u : spec_.units) known = known || u.id == *id;
+        if (!known) {
+          report(unit->value_loc(), what + ": no unit " + in_quotes(*id) + " in the pipeline",
+                 "name a unit of `units:`");
+          ok = false;
+        }
+        step.unit = *id;
+      } else {
+        ok = false;
+      }
+      if (auto v = read_number_in(*speed, what + " speed", 0.001, 1000, "the unit's new speed factor; 1 = nominal")) {
+        step.speed = *v;
+      } else {
+        ok = false;
+      }
+      if (ok) spec_.scenario.push_back(std::move(step));
+    }
   }
 
   void read_failure(const Entry& e) {

@@ -124,6 +124,16 @@ struct FailureDecl {
   int snapshot_ms = 100;
 };
 
+/// One step of `scenario:`: at `at_s` seconds into the run, unit `unit`
+/// runs at `speed` (an emulated load change: `sim.*` stages scale their
+/// service time by it).
+struct ScenarioStep {
+  double at_s = 0;
+  std::string unit;
+  double speed = 1.0;
+  SourceLoc loc;
+};
+
 /// A whole pipeline definition.
 struct PipelineSpec {
   std::string name;
@@ -133,6 +143,7 @@ struct PipelineSpec {
   PlacementDecl placement;
   TransportDecl transport;
   FailureDecl failure;
+  std::vector<ScenarioStep> scenario;  ///< in the order of the file
   std::string coordinator;      ///< endpoint, optional
   std::string coordinator_key;  ///< its CURVE public key (Z85 or a .pub file), for tcp
   std::vector<std::string> plugins;  ///< `plugins:`, each resolved against the file's folder

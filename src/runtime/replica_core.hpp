@@ -61,6 +61,8 @@ struct ReplicaSetup {
   int node = 0;
   int replica = 0;
   double speed = 1.0;  ///< its unit's speed factor
+  /// Its unit's speed factor as it changes (`scenario:`); `speed` when null.
+  const std::atomic<double>* speed_now = nullptr;
   ReplicaStats* stats = nullptr;
   std::vector<EdgeSideStats*> in_stats;   ///< by edge id, null where not an in-edge
   std::vector<EdgeSideStats*> out_stats;  ///< by edge id, null where not an out-edge
@@ -166,7 +168,9 @@ class ReplicaCore final : public StageContext {
   int replica() const override { return setup_.replica; }
   int replica_count() const override;
   std::int64_t now_ns() const override { return setup_.clock(); }
-  double speed() const override { return setup_.speed; }
+  double speed() const override {
+    return setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
+  }
   bool stop_requested() const override;
   void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
   void set_live(bool live) override { live_ = live; }

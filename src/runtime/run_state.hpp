@@ -51,7 +51,9 @@ struct RunState {
   graph::Graph graph;
   const Registry* registry = nullptr;
 
-  std::vector<double> unit_speed;  ///< by unit
+  /// By unit: its speed factor now (`scenario:` changes it during the run;
+  /// stages read it at every step).
+  std::vector<std::unique_ptr<std::atomic<double>>> unit_speed;
   /// Data plane of each unit hosted in this process (null for the others).
   std::vector<std::unique_ptr<transport::Transport>> transports;
   /// The placement in force: every reader takes it once per step and keeps

@@ -96,8 +96,49 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   bool watch_stopping = false;
 
   ~Impl() override {
+    stop_scenario();
     stop_failure_watch();
     stop_coordinator();
+  }
+
+  // -- scenario: emulated load changes (start_scenario)
+  std::thread scenario;
+  std::mutex scenario_mutex;
+  std::condition_variable scenario_cv;
+  bool scenario_stopping = false;
+
+  /// Applies `scenario:` to the units of this process, each step at its
+  /// time since the run started, on a thread of its own.
+  void start_scenario() {
+    std::vector<std::pair<std::int64_t, std::pair<int, double>>> steps;
+    for (const auto& step : run->spec.scenario) {
+      const int u = runtime::unit_index(run->spec, step.unit);
+      if (u < 0 || !local[static_cast<std::size_t>(u)]) continue;
+      steps.push_back({run->start_ns.load() + static_cast<std::int64_t>(step.at_s * 1e9), {u, step.speed}});
+    }
+    if (steps.empty()) return;
+    std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    scenario_stopping = false;
+    scenario = std::thread([this, steps = std::move(steps)] {
+      std::unique_lock<std::mutex> lock(scenario_mutex);
+      for (const auto& [at, change] : steps) {
+        const auto when = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at));
+        if (scenario_cv.wait_until(lock, when, [this] { return scenario_stopping; })) return;
+        run->unit_speed[static_cast<std::size_t>(change.first)]->store(change.second, std::memory_order_relaxed);
+        swarmflow::log::info("scenario: unit '%s' runs at speed %g from %.2f s",
+                             run->spec.units[static_cast<std::size_t>(change.first)].id.c_str(), change.second,
+                             static_cast<double>(at - run->start_ns.load()) / 1e9);
+      }
+    });
+  }
+
+  void stop_scenario() {
+    {
+      std::lock_guard<std::mutex> lock(scenario_mutex);
+      scenario_stopping = true;
+    }
+    scenario_cv.notify_all();
+    if (scenario.joinable()) scenario.join();
   }
 
   /// Loads what a definition's `plugins:` names into this runtime's registry.
@@ -205,7 +246,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     auto table = std::make_shared<runtime::RoutingTable>();
     table->unit_of = placement::place_static(run->spec);
     run->publish(std::move(table));
-    for (const auto& u : run->spec.units) run->unit_speed.push_back(u.speed);
+    for (const auto& u : run->spec.units) run->unit_speed.push_back(std::make_unique<std::atomic<double>>(u.speed));
     return {};
   }
 
@@ -886,6 +927,7 @@ Status Runtime::start() {
   }
   m.run->start_ns = steady_now_ns();
   m.started = true;
+  m.start_scenario();
   m.start_local_hosts();
   return {};
 }
@@ -991,6 +1033,7 @@ Status Runtime::wait() {
       placement::await(*m.coordinator_system, m.coordinator, placement::Await::done, m.options.leave_timeout_ms);
     }
   }
+  m.stop_scenario();
   m.stop_failure_watch();
   m.stop_coordinator();
   m.final_report = m.report_now();

@@ -785,6 +785,39 @@ failure: {snapshot_every: 0, snapshot_ms: 0}
   EXPECT_TRUE(contains(diagnostics_[1].message, "'snapshot_ms' must be between 1 and")) << diagnostics_[1].to_string();
 }
 
+TEST_F(LoaderTest, ScenarioSteps) {
+  auto spec = load(R"(pipeline: t
+units: 2
+scenario:
+  - {at_s: 2.0, unit: u1, speed: 0.25}
+  - {at_s: 0, unit: u0, speed: 3}
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  ASSERT_EQ(spec->scenario.size(), 2U);
+  EXPECT_EQ(spec->scenario[0].at_s, 2.0);
+  EXPECT_EQ(spec->scenario[0].unit, "u1");
+  EXPECT_EQ(spec->scenario[0].speed, 0.25);
+  load(R"(pipeline: t
+units: 2
+scenario:
+  - {at_s: -1, unit: u9, speed: 0}
+  - {at_s: 1, unit: u1}
+stages:
+  - {id: source, type: sim.source}
+)");
+  ASSERT_EQ(diagnostics_.size(), 4U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 12);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "at_s must be between 0 and")) << diagnostics_[0].to_string();
+  EXPECT_AT(diagnostics_[1], 4, 22);
+  EXPECT_TRUE(contains(diagnostics_[1].message, "no unit 'u9'")) << diagnostics_[1].to_string();
+  EXPECT_AT(diagnostics_[2], 4, 33);
+  EXPECT_TRUE(contains(diagnostics_[2].message, "speed must be between")) << diagnostics_[2].to_string();
+  EXPECT_AT(diagnostics_[3], 5, 5);
+  EXPECT_TRUE(contains(diagnostics_[3].message, "needs `at_s`, `unit` and `speed`")) << diagnostics_[3].to_string();
+}
+
 TEST_F(LoaderTest, BadFailureValues) {
   load(R"(pipeline: t
 stages:
