@@ -685,4 +685,28 @@ TEST(UnitProcesses, ACoordinatorStartedAgainTakesTheRunOverAndFinishesItWithAWho
   for (const auto& id : {"u1", "u2"}) EXPECT_TRUE(r["units"].contains(id)) << r["units"].dump();
 }
 
+TEST(UnitProcesses, AStatefulStageOnAUnitProcessSnapshotsAsOftenAsFailureSnapshotEverySays) {
+  // sim.sink on u1 with `failure: {snapshot_every: 1}` snapshots after (about)
+  // every envelope: several hundred for 3000 (at most 3 are in flight at
+  // once). With the default of 64, only the idle moments snapshot (some 190
+  // here), so a file whose setting were ignored would fail this.
+  TempDir dir;
+  const std::string file = dir.write(
+      "snapshots.yaml", "pipeline: snapshots\n" + ipc_units(dir) +
+                            "failure: {snapshot_every: 1, snapshot_ms: 600000}\n"
+                            "stages:\n"
+                            "  - {id: source, type: sim.source, params: {count: 3000, streams: 8}, placement: {units: [u0]}}\n"
+                            "  - {id: sink, type: sim.sink, inputs: {in: source/out}, params: {service_us: 300},\n"
+                            "     placement: {units: [u1]}}\n");
+  const std::string report = dir.file("report.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_EQ(wait_exit_within(coordinator, kPatience), 0) << slurp(dir.file("c.err"));
+  EXPECT_NE(wait_exit_within(u1, kPatience), -1) << slurp(dir.file("u1.err"));
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_EQ(r["sinks"]["sink"]["received"], 3000) << r["sinks"].dump();
+  EXPECT_GE(r["stages"]["sink"]["counters"]["snapshots"].get<std::int64_t>(), 3000 / 8) << r["stages"]["sink"].dump();
+}
+
 }  // namespace
