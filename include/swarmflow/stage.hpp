@@ -293,6 +293,17 @@ class StageContext {
   virtual bool stop_requested() const = 0;
   /// A source that is not due yet calls this and returns ok without output;
   /// the host calls it again at `t_ns` (steady clock) instead of at once.
+  ///
+  /// Any other stage that keeps work in hand between its inputs (requests
+  /// it decodes a step at a time, votes it waits on until a deadline) calls
+  /// it from `process` to be called again at `t_ns` (or at once, if that is
+  /// not later than now) with no input: `inputs.envelope()` is null and
+  /// outputs carry whatever header the stage gives them. Inputs that arrive
+  /// before then are processed first, so each call sees all of them. The
+  /// call waits while the stage's outputs have no credit. A replica with
+  /// work in hand does not finish at the end of its inputs: the stage calls
+  /// defer_until again until its work is done. The earliest of several
+  /// requests counts; a restarted stage has none.
   virtual void defer_until(std::int64_t t_ns) = 0;
   /// Marks a source as live: it produces on its own clock (a camera), so when
   /// flow control has no credit its envelopes are dropped and counted rather

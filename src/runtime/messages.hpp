@@ -27,6 +27,8 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+/// a stage with work in hand asked to be called again (StageContext::defer_until)
+using wake_atom = caf::atom_constant<caf::atom("wake")>;
 /// (shared_ptr<const RoutingTable>): a new placement is in force
 using placement_atom = caf::atom_constant<caf::atom("placement")>;
 /// (uint64 id): the replica's snapshot `id` is stored off the unit

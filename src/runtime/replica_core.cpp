@@ -169,6 +169,10 @@ void ReplicaCore::tick(int kind) {
       expire_joins(setup_.clock(), false);
       maybe_finish();
       break;
+    case kWake:
+      wake_scheduled_at_ = 0;
+      wake();
+      break;
     case kFlush:
       flush_scheduled_ = false;
       if (queue_.empty()) {
@@ -189,6 +193,8 @@ void ReplicaCore::stop_source() {
 }
 
 void ReplicaCore::end_event() {
+  // A blocked replica is woken by what unblocks it (an ack, the backoff).
+  if (wake_at_ > 0 && !blocked()) schedule_wake();
   maybe_snapshot(false);
   if (!snapshots_pending_.empty()) send_snapshots();
   flush_releases();
@@ -233,6 +239,7 @@ void ReplicaCore::start() {
 }
 
 Status ReplicaCore::make_stage() {
+  wake_at_ = 0;  // a new instance has no work in hand
   const StageType* type = setup_.registry->find(decl().type);
   if (type == nullptr) return Status::error("unknown stage type " + decl().type);
   try {
@@ -274,7 +281,11 @@ void ReplicaCore::stop_stage() {
 void ReplicaCore::resume() {
   if (!started_ || finished_) return;
   drain();
-  if (source_) pull();
+  if (source_) {
+    pull();
+  } else {
+    wake();
+  }
   maybe_finish();
 }
 
@@ -283,6 +294,8 @@ void ReplicaCore::maybe_finish() {
   const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
   if (inputs_done && !joins_.empty() && !blocked()) expire_joins(0, true);
   if (!inputs_done || !queue_.empty() || !joins_.empty() || any_waiting() || backoff_) return;
+  // A stage with work in hand finishes it first (a failed one has none left).
+  if (wake_at_ > 0 && !failed_ && stage_) return;
   finish();
 }
 
@@ -715,13 +728,16 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
 }
 
 Status ReplicaCore::call_process() {
+  Status s;
   try {
-    return stage_->process(inputs_, outputs_, *this);
+    s = stage_->process(inputs_, outputs_, *this);
   } catch (const std::exception& ex) {
-    return Status::error(std::string("threw: ") + ex.what());
+    s = Status::error(std::string("threw: ") + ex.what());
   } catch (...) {
-    return Status::error("threw an unknown exception");
+    s = Status::error("threw an unknown exception");
   }
+  if (!source_) take_wake_request();
+  return s;
 }
 
 /// Counts a failed step and restarts the stage. Returns true when the
@@ -1095,6 +1111,53 @@ void ReplicaCore::snapshot_stored(std::uint64_t id) {
     for (auto& in : in_) flush_acks(in, true);
   }
   end_event();
+}
+
+// -- stages with work in hand ---------------------------------------------
+//
+// A stage that keeps work between its inputs (a batch it decodes step by
+// step, votes it waits on until a deadline) calls defer_until(t) in a step;
+// the replica calls it again without an input at t, once its outputs have
+// room, after the inputs queued by then. Its outputs are numbered like a
+// source's steps, so a snapshot taken after them waits until they are
+// accepted downstream. While it has work in hand the replica does not
+// finish, even once its inputs have ended.
+
+void ReplicaCore::take_wake_request() {
+  if (defer_until_ <= 0) return;
+  wake_at_ = wake_at_ > 0 ? std::min(wake_at_, defer_until_) : defer_until_;
+  defer_until_ = 0;
+}
+
+void ReplicaCore::schedule_wake() {
+  if (wake_scheduled_at_ > 0 && wake_scheduled_at_ <= wake_at_) return;
+  wake_scheduled_at_ = wake_at_;
+  effects_.schedule(kWake, wake_at_);
+}
+
+void ReplicaCore::wake() {
+  if (wake_at_ == 0 || !started_ || finished_ || failed_ || !stage_ || source_) return;
+  std::int64_t t = setup_.clock();
+  if (t < wake_at_) return;  // end_event schedules it again
+  if (!queue_.empty() || blocked()) return;  // resume() calls again
+  wake_at_ = 0;
+  inputs_.reset(-1, nullptr);
+  outputs_.reset(EnvelopeHeader{});
+  origin_ = next_ordinal_;
+  const std::int64_t t0 = t;
+  Status s = call_process();
+  t = setup_.clock();
+  if (s.is_error()) {
+    setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+    log("replica " + std::to_string(setup_.replica) + " failed on a step without input: " + s.message());
+    restart_with_backoff();
+    return;
+  }
+  if (!outputs_.items().empty()) ++next_ordinal_;
+  ++steps_;
+  setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
+  setup_.stats->record_service(t - t0);
+  emit_outputs();
 }
 
 // -- sources ------------------------------------------------------------

@@ -117,7 +117,9 @@ class ReplicaCore final : public StageContext {
   /// kFlush: an idle replica returns the credits and releases it still owes
   /// (its producers may be waiting on them: a release waits until outputs are
   /// credited, so batching must not hold one back forever).
-  enum Tick : int { kPull = 0, kResume = 1, kJoin = 2, kFlush = 3 };
+  /// kWake: a stage (not a source) with work in hand asked, through
+  /// defer_until, to be called again without an input.
+  enum Tick : int { kPull = 0, kResume = 1, kJoin = 2, kFlush = 3, kWake = 4 };
   /// How long an idle replica waits before it returns what it owes.
   static constexpr std::int64_t kIdleFlushNs = 1'000'000;
 
@@ -157,6 +159,8 @@ class ReplicaCore final : public StageContext {
   bool snapshots() const { return stateful_; }
   /// Snapshots taken and not yet stored.
   std::size_t snapshots_pending() const { return snapshots_pending_.size(); }
+  /// A stage (not a source) asked to be called again at this time; 0 = no.
+  std::int64_t wake_at() const { return wake_at_; }
   /// Envelopes taken but not processed (not counting end-of-stream marks).
   std::uint64_t queued() const { return data_queued_; }
   /// Processed envelopes whose release has not been sent yet.
@@ -315,6 +319,14 @@ class ReplicaCore final : public StageContext {
   /// Sends the newest snapshot whose outputs are all accepted downstream.
   void send_snapshots();
 
+  // -- stages with work in hand (defer_until outside a source)
+  /// Takes a defer_until the stage made in its last step.
+  void take_wake_request();
+  void schedule_wake();
+  /// Calls the stage without an input once its wake time has come and its
+  /// outputs have room.
+  void wake();
+
   // -- sources
   void schedule_pull(std::int64_t at_ns);
   void pull();
@@ -363,6 +375,8 @@ class ReplicaCore final : public StageContext {
   bool backoff_ = false;
   bool pull_scheduled_ = false;
   std::int64_t defer_until_ = 0;
+  std::int64_t wake_at_ = 0;            ///< a non-source's requested call, 0 = none
+  std::int64_t wake_scheduled_at_ = 0;  ///< the kWake tick asked for, 0 = none
   int attempts_ = 0;
   int consecutive_failures_ = 0;
   int dead_letter_streak_ = 0;

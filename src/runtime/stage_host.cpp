@@ -131,6 +131,10 @@ class StageHost final : public ReplicaEffects {
           core_.tick(ReplicaCore::kFlush);
           flush_outbox();
         },
+        [this](wake_atom) {
+          core_.tick(ReplicaCore::kWake);
+          flush_outbox();
+        },
         [this](stored_atom, std::uint64_t id) {
           core_.snapshot_stored(id);
           flush_outbox();
@@ -167,6 +171,7 @@ class StageHost final : public ReplicaEffects {
       case ReplicaCore::kResume: send(resume_atom::value); break;
       case ReplicaCore::kJoin: send(join_atom::value); break;
       case ReplicaCore::kFlush: send(flush_atom::value); break;
+      case ReplicaCore::kWake: send(wake_atom::value); break;
       default: break;
     }
   }

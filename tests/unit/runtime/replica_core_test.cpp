@@ -102,6 +102,41 @@ class BrokenSource final : public Stage {
   int calls_ = 0;
 };
 
+/// Keeps what it is given and passes it on, `per_step` at a time, in steps
+/// of its own `step_ms` apart (a batch it works through between inputs).
+class Holder final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(step_ms_, "step_ms", "simulated time between its own steps", 5, {0.0, 1e6});
+    s.param(per_step_, "per_step", "envelopes passed on per step", 1, {1.0, 1e6});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override {
+    if (const Envelope* e = in.envelope(in_)) {
+      held_.push_back(*e);
+      ++inputs_;
+    } else {
+      ++empty_steps_;
+      for (std::int64_t k = 0; k < per_step_ && !held_.empty(); ++k) {
+        out.forward(out_, held_.front());
+        held_.erase(held_.begin());
+      }
+    }
+    if (!held_.empty()) ctx.defer_until(ctx.now_ns() + step_ms_ * kMs);
+    return {};
+  }
+  static inline int inputs_ = 0;
+  static inline int empty_steps_ = 0;
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t step_ms_ = 5;
+  std::int64_t per_step_ = 1;
+  std::vector<Envelope> held_;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -170,6 +205,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
     EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
+    EXPECT_TRUE(registry.add<Holder>("test.holder", "passes on what it holds in steps of its own").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
@@ -324,6 +360,76 @@ TEST(ReplicaCore, BlockStopsTakingInputUntilTheOutputLeaves) {
   EXPECT_EQ(h.effects.sent.size(), 4U);
   EXPECT_EQ(h.core->queued(), 0U);
   EXPECT_EQ(h.out_stats[static_cast<std::size_t>(out)]->dropped.load(), 0U);
+}
+
+std::string holder_chain(const std::string& params) {
+  return "pipeline: core\nstages:\n"
+         "  - {id: src, type: sim.source}\n"
+         "  - {id: mid, type: test.holder, inputs: {in: src/out}, queue: {capacity: 8}, params: " + params + "}\n"
+         "  - {id: sink, type: sim.sink, inputs: {in: mid/out}, queue: {capacity: 2, overflow: block}}\n";
+}
+
+int wakes(const Recorder& r) {
+  int n = 0;
+  for (const auto& t : r.timers) n += t.kind == ReplicaCore::kWake ? 1 : 0;
+  return n;
+}
+
+TEST(ReplicaCore, AStageWithWorkInHandIsCalledAgainWithoutInputWhenItAsks) {
+  Holder::inputs_ = Holder::empty_steps_ = 0;
+  Harness h(holder_chain("{step_ms: 5, per_step: 2}"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  std::vector<Envelope> batch;
+  for (std::uint64_t seq = 0; seq < 3; ++seq) batch.push_back(blob(seq));
+  h.core->deliver(in, 0, batch);
+  // All three inputs were taken before its own step, which is asked for once.
+  EXPECT_EQ(Holder::inputs_, 3);
+  EXPECT_TRUE(h.effects.sent.empty());
+  ASSERT_EQ(wakes(h.effects), 1);
+  EXPECT_EQ(h.effects.timers.back().at_ns, g_now + 5 * kMs);
+  EXPECT_EQ(h.core->wake_at(), g_now + 5 * kMs);
+  // Early: nothing happens.
+  h.core->tick(ReplicaCore::kWake);
+  EXPECT_EQ(Holder::empty_steps_, 0);
+  g_now += 5 * kMs;
+  h.core->tick(ReplicaCore::kWake);
+  EXPECT_EQ(Holder::empty_steps_, 1);
+  ASSERT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 0U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().seq, 1U);
+  EXPECT_EQ(h.core->wake_at(), g_now + 5 * kMs);
+}
+
+TEST(ReplicaCore, AStageWithWorkInHandFinishesItBeforeItsEndOfStreamPassesOn) {
+  Holder::inputs_ = Holder::empty_steps_ = 0;
+  Harness h(holder_chain("{step_ms: 1, per_step: 1}"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  for (std::uint64_t seq = 0; seq < 4; ++seq) h.core->deliver(in, 0, blob(seq));
+  h.core->end_of_stream(in, 0);
+  EXPECT_FALSE(h.core->has_finished());
+  EXPECT_TRUE(h.effects.eos.empty());
+  for (int k = 0; k < 3; ++k) {
+    g_now += kMs;
+    h.core->tick(ReplicaCore::kWake);
+  }
+  // The sink's queue holds two: the third output waits for credit, and the
+  // fourth step is not made while it does, even when it is due.
+  EXPECT_EQ(Holder::empty_steps_, 3);
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  g_now += kMs;
+  h.core->tick(ReplicaCore::kWake);
+  EXPECT_EQ(Holder::empty_steps_, 3);
+  EXPECT_FALSE(h.core->has_finished());
+  h.core->ack(out, 0, 2, 2, 0);  // the credit lets the third go and calls it at once
+  EXPECT_EQ(Holder::empty_steps_, 4);
+  ASSERT_EQ(h.effects.sent.size(), 4U);
+  EXPECT_EQ(h.effects.sent[3].envelope.header().seq, 3U);
+  EXPECT_TRUE(h.core->has_finished());
+  ASSERT_EQ(h.effects.eos.size(), 1U);
+  EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
 }
 
 TEST(ReplicaCore, AFailingEnvelopeIsRetriedWithDoublingBackoffThenDeadLettered) {
