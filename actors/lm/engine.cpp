@@ -1,6 +1,7 @@
 #include "lm/engine.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace swarmflow::lm {
 
@@ -15,13 +16,152 @@ std::string Engine::submit(GenerateRequest request, std::int64_t now_ns) {
     return "prompt of " + std::to_string(prompt) + " tokens, the model's context is " + std::to_string(context);
   }
   request.max_tokens = std::max(1, std::min(request.max_tokens, context - prompt));
-  BatchRequest br{request.id, prompt, request.max_tokens, now_ns};
+  const int generated = static_cast<int>(request.generated.size());
+  if (generated >= request.max_tokens) return "request " + std::to_string(request.id) + " has no tokens left to generate";
+  for (int t : request.generated) {
+    if (t < 0 || t >= model_.config().vocab) return "a generated token id is out of range";
+  }
+  // A request taken over feeds its prompt and what it had generated, and
+  // reserves what is left: the same total as at its start.
+  BatchRequest br{request.id, prompt + generated, request.max_tokens - generated, now_ns};
   std::string refused = policy_.submit(br);
   if (!refused.empty()) return refused;
-  auto seq = std::make_unique<Sequence>(Sequence{request, request.prompt, KvCache(model_.config(), prompt + request.max_tokens),
-                                                 Sampler(request.sampling), {}, 0, {}});
+  std::vector<int> tokens = request.prompt;
+  tokens.insert(tokens.end(), request.generated.begin(), request.generated.end());
+  auto seq = std::make_unique<Sequence>(Sequence{request, std::move(tokens),
+                                                 KvCache(model_.config(), prompt + request.max_tokens),
+                                                 Sampler(request.sampling), {}, generated, {}});
+  if (!request.sampler_state.empty() && !seq->sampler.set_state(request.sampler_state)) {
+    policy_.finish(request.id);
+    return "the sampler state of request " + std::to_string(request.id) + " is not one";
+  }
+  for (int t : request.generated) seq->text += tokenizer_.piece(t);
   seq->timing.arrived_ns = now_ns;
+  if (generated > 0) {
+    seq->timing.first_token_ns = now_ns;  // its first token came before
+    seq->timing.resumed = true;
+  }
+  seq->timing.tokens = generated;
+  seq->request.generated.clear();
+  seq->request.sampler_state.clear();
   sequences_.emplace(request.id, std::move(seq));
+  return {};
+}
+
+namespace {
+
+// The little-endian fields of a saved engine.
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_str(std::string& out, const std::string& s) {
+  put_u64(out, s.size());
+  out += s;
+}
+void put_f64(std::string& out, double v) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  put_u64(out, bits);
+}
+void put_ints(std::string& out, const std::vector<int>& v) {
+  put_u64(out, v.size());
+  for (int x : v) put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(x)));
+}
+
+struct Reader {
+  const std::string& in;
+  std::size_t at = 0;
+  bool ok = true;
+  std::uint64_t u64() {
+    if (in.size() - at < 8) {
+      ok = false;
+      return 0;
+    }
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+    at += 8;
+    return v;
+  }
+  std::string str() {
+    const std::uint64_t n = u64();
+    if (!ok || in.size() - at < n) {
+      ok = false;
+      return {};
+    }
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+  double f64() {
+    const std::uint64_t bits = u64();
+    double v = 0;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  }
+  std::vector<int> ints() {
+    const std::uint64_t n = u64();
+    if (!ok || n > (in.size() - at) / 8) {
+      ok = false;
+      return {};
+    }
+    std::vector<int> v;
+    for (std::uint64_t i = 0; i < n; ++i) v.push_back(static_cast<int>(static_cast<std::int64_t>(u64())));
+    return v;
+  }
+};
+
+constexpr std::uint64_t kSaveMagic = 0x31454e474d4c4653ULL;  // "SFLMENG1"
+
+}  // namespace
+
+std::string Engine::save() const {
+  std::string out;
+  put_u64(out, kSaveMagic);
+  put_u64(out, sequences_.size());
+  for (const auto& [id, seq] : sequences_) {
+    const GenerateRequest& r = seq->request;
+    put_u64(out, r.id);
+    put_u64(out, static_cast<std::uint64_t>(r.max_tokens));
+    put_f64(out, r.sampling.temperature);
+    put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(r.sampling.top_k)));
+    put_f64(out, r.sampling.top_p);
+    put_u64(out, r.sampling.seed);
+    put_u64(out, r.stop.size());
+    for (const auto& s : r.stop) put_str(out, s);
+    put_ints(out, r.prompt);
+    put_ints(out, std::vector<int>(seq->tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), seq->tokens.end()));
+    put_str(out, seq->sampler.state());
+  }
+  return out;
+}
+
+std::string Engine::load(const std::string& state, std::int64_t now_ns) {
+  Reader in{state};
+  if (in.u64() != kSaveMagic) return "not a saved lm.generate engine";
+  const std::uint64_t n = in.u64();
+  std::vector<GenerateRequest> requests;
+  for (std::uint64_t i = 0; i < n && in.ok; ++i) {
+    GenerateRequest r;
+    r.id = in.u64();
+    r.max_tokens = static_cast<int>(in.u64());
+    r.sampling.temperature = in.f64();
+    r.sampling.top_k = static_cast<int>(static_cast<std::int64_t>(in.u64()));
+    r.sampling.top_p = in.f64();
+    r.sampling.seed = in.u64();
+    const std::uint64_t stops = in.u64();
+    for (std::uint64_t k = 0; k < stops && in.ok; ++k) r.stop.push_back(in.str());
+    r.prompt = in.ints();
+    r.generated = in.ints();
+    r.sampler_state = in.str();
+    requests.push_back(std::move(r));
+  }
+  if (!in.ok || in.at != state.size()) return "a saved lm.generate engine is truncated or has trailing bytes";
+  for (auto& r : requests) {
+    const std::uint64_t id = r.id;
+    if (std::string why = submit(std::move(r), now_ns); !why.empty()) {
+      return "request " + std::to_string(id) + " cannot be taken over: " + why;
+    }
+  }
   return {};
 }
 
@@ -50,6 +190,7 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
   }
   batch_sizes_.push_back(static_cast<int>(items.size()));
   model_.forward(items, logits_);
+  const std::int64_t done_ns = clock_ ? clock_() : now_ns;
 
   const int vocab = model_.config().vocab;
   for (std::size_t i = 0; i < plan.slots.size(); ++i) {
@@ -65,8 +206,8 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
     seq.tokens.push_back(tok.id);
     seq.text += ev.piece;
     ++seq.generated;
-    if (seq.timing.first_token_ns == 0) seq.timing.first_token_ns = now_ns;
-    seq.timing.last_token_ns = now_ns;
+    if (seq.timing.first_token_ns == 0) seq.timing.first_token_ns = done_ns;
+    seq.timing.last_token_ns = done_ns;
     seq.timing.tokens = seq.generated;
     for (const std::string& s : seq.request.stop) {
       if (!s.empty() && seq.text.size() >= s.size() && seq.text.compare(seq.text.size() - s.size(), s.size(), s) == 0) {

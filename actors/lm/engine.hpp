@@ -8,6 +8,7 @@
 /// batch it ran in.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,11 @@ struct GenerateRequest {
   int max_tokens = 32;
   SamplingParams sampling;
   std::vector<std::string> stop;  ///< generation ends once the text ends with one of these
+  /// A request taken over from a snapshot: the tokens it had generated (its
+  /// prompt and these are fed again, and it goes on from there) and its
+  /// sampler's state.
+  std::vector<int> generated;
+  std::string sampler_state;
 };
 
 /// One generated token.
@@ -45,6 +51,7 @@ struct RequestTiming {
   std::int64_t first_token_ns = 0;
   std::int64_t last_token_ns = 0;
   int tokens = 0;
+  bool resumed = false;  ///< taken over from a snapshot: its first token came before
 };
 
 class Engine {
@@ -54,6 +61,16 @@ class Engine {
 
   /// Queues a request; returns "" or why it is refused.
   std::string submit(GenerateRequest request, std::int64_t now_ns);
+  /// Every request it holds, running or queued, with what each has
+  /// generated, so that `load` on another engine goes on where this one is.
+  std::string save() const;
+  /// Takes over the requests `save` wrote; "" or why it cannot.
+  std::string load(const std::string& state, std::int64_t now_ns);
+  /// Token times are read from `clock` after each step's forward pass
+  /// (without it, the `now_ns` the step is given).
+  void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
+  /// Whether request `id` is held (running or queued).
+  bool holds(std::uint64_t id) const { return sequences_.count(id) != 0; }
   /// One decoding iteration; appends the tokens produced to `events`.
   /// Returns 0 when it ran, else the time to call again (nothing runnable
   /// until then), or -1 when there is no work at all.
@@ -87,6 +104,7 @@ class Engine {
   std::vector<RequestTiming> finished_;
   std::vector<int> batch_sizes_;
   std::vector<float> logits_;
+  std::function<std::int64_t()> clock_;
 };
 
 }  // namespace swarmflow::lm

@@ -1,5 +1,6 @@
 #include "lm/lm_stages.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -173,7 +174,7 @@ void Generate::setup(StageSpec& s) {
   s.param(max_queue_, "batch.max_queue", "requests waiting at most; more are refused", 256, {0.0, 1e6});
 }
 
-Status Generate::start(StageContext&) {
+Status Generate::start(StageContext& ctx) {
   auto model = std::make_unique<Model>();
   if (Status s = load_model(model_path_, *model); !s.ok()) return s;
   BatchSettings b;
@@ -184,6 +185,9 @@ Status Generate::start(StageContext&) {
   b.max_queue = static_cast<int>(max_queue_);
   model_ = std::move(model);
   engine_ = std::make_unique<Engine>(*model_, b);
+  context_ = &ctx;
+  engine_->set_clock([context = context_] { return context->now_ns(); });
+  headers_.clear();
   return {};
 }
 
@@ -204,19 +208,53 @@ void Generate::emit(const TokenEvent& e, Outputs& out) {
   fbb.Finish(schema::CreateTokens(fbb, ids, pieces, static_cast<std::uint64_t>(e.position), conf, e.final, e.request,
                                   lps, reason),
              schema::TokensIdentifier());
-  EnvelopeHeader h = out.base_header();
+  auto it = headers_.find(e.request);
+  EnvelopeHeader h = it != headers_.end() ? it->second : out.base_header();
   h.stream = e.request;
   h.seq = static_cast<std::uint64_t>(e.position);
   h.vote_key = static_cast<std::uint64_t>(e.token);
   h.confidence = p;
   out.emit(out_, Payload::from_builder(fbb), h);
+  if (e.final && it != headers_.end()) headers_.erase(it);
+}
+
+void Generate::emit_end(std::uint64_t id, const std::string& reason, Outputs& out) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto why = fbb.CreateString(reason);
+  schema::TokensBuilder b(fbb);
+  b.add_final(true);
+  b.add_request_id(id);
+  b.add_finish_reason(why);
+  fbb.Finish(b.Finish(), schema::TokensIdentifier());
+  auto it = headers_.find(id);
+  EnvelopeHeader h = it != headers_.end() ? it->second : out.base_header();
+  h.stream = id;
+  h.confidence = 0.0F;
+  out.emit(out_, Payload::from_builder(fbb), h);
+  if (it != headers_.end()) headers_.erase(it);
+}
+
+void Generate::keep_going(StageContext& ctx, std::int64_t wake_ns) {
+  if (!engine_->idle()) ctx.defer_until(wake_ns > 0 ? wake_ns : ctx.now_ns());
 }
 
 Status Generate::process(Inputs& in, Outputs& out, StageContext& ctx) {
+  if (in.envelope() == nullptr) return step(out, ctx);
   const schema::Prompt* p = in.get(in_);
   if (p == nullptr) return Status::error("lm.generate: not a Prompt");
+  const std::uint64_t id = p->request_id();
+  if (p->cancel()) {
+    // The client is gone: its KV cache is freed at once.
+    if (engine_->holds(id)) {
+      engine_->cancel(id);
+      ctx.counter("cancelled").fetch_add(1, std::memory_order_relaxed);
+      emit_end(id, "cancelled", out);
+    }
+    keep_going(ctx, 0);
+    return {};
+  }
   GenerateRequest r;
-  r.id = p->request_id();
+  r.id = id;
   if (p->tokens() != nullptr && p->tokens()->size() > 0) {
     r.prompt.assign(p->tokens()->begin(), p->tokens()->end());
   } else {
@@ -233,45 +271,105 @@ Status Generate::process(Inputs& in, Outputs& out, StageContext& ctx) {
   if (p->stop() != nullptr) {
     for (const auto* s : *p->stop()) r.stop.push_back(s->str());
   }
+  EnvelopeHeader header = in.envelope()->header();
   const std::string refused = engine_->submit(r, ctx.now_ns());
   if (!refused.empty()) {
     ctx.counter("refused").fetch_add(1, std::memory_order_relaxed);
-    flatbuffers::FlatBufferBuilder fbb;
-    const auto reason = fbb.CreateString("refused: " + refused);
-    schema::TokensBuilder b(fbb);
-    b.add_final(true);
-    b.add_request_id(r.id);
-    b.add_finish_reason(reason);
-    fbb.Finish(b.Finish(), schema::TokensIdentifier());
-    EnvelopeHeader h = out.base_header();
-    h.stream = r.id;
-    h.confidence = 0.0F;
-    out.emit(out_, Payload::from_builder(fbb), h);
-    return {};
+    headers_[id] = header;
+    emit_end(id, "refused: " + refused, out);
+  } else {
+    ctx.counter("requests").fetch_add(1, std::memory_order_relaxed);
+    headers_[id] = header;
   }
-  ctx.counter("requests").fetch_add(1, std::memory_order_relaxed);
-  // The Stage API calls this stage once per envelope and not in between, so
-  // the engine runs until what it holds is done (see docs/lm.md).
-  std::vector<TokenEvent> events;
-  while (!engine_->idle()) {
-    events.clear();
-    const std::int64_t now = ctx.now_ns();
-    const std::int64_t wake = engine_->step(now, events);
-    if (wake > 0) engine_->step(wake, events);
-    if (!events.empty() || wake == 0) ctx.counter("steps").fetch_add(1, std::memory_order_relaxed);
-    for (const TokenEvent& e : events) emit(e, out);
-    ctx.counter("tokens").fetch_add(static_cast<std::int64_t>(events.size()), std::memory_order_relaxed);
+  // The next decoding step runs once the requests queued by now are in:
+  // they join the batch together (continuous batching).
+  keep_going(ctx, 0);
+  return {};
+}
+
+Status Generate::step(Outputs& out, StageContext& ctx) {
+  events_.clear();
+  const std::int64_t wake = engine_->step(ctx.now_ns(), events_);
+  if (wake == 0) {
+    ctx.counter("steps").fetch_add(1, std::memory_order_relaxed);
+    const int size = engine_->batch_sizes().empty() ? 0 : engine_->batch_sizes().back();
+    ctx.counter("batch_slots").fetch_add(size, std::memory_order_relaxed);
+    ctx.observe("batch_size", size);
   }
-  std::int64_t slots = 0;
-  for (int n : engine_->batch_sizes()) slots += n;
-  ctx.counter("batch_slots").store(slots, std::memory_order_relaxed);
+  for (const TokenEvent& e : events_) emit(e, out);
+  ctx.counter("tokens").fetch_add(static_cast<std::int64_t>(events_.size()), std::memory_order_relaxed);
   for (const RequestTiming& t : engine_->take_timings()) {
-    ctx.counter("ttft_us_sum").fetch_add((t.first_token_ns - t.arrived_ns) / 1000, std::memory_order_relaxed);
+    if (!t.resumed) {
+      const std::int64_t ttft = t.first_token_ns - t.arrived_ns;
+      ctx.counter("ttft_us_sum").fetch_add(ttft / 1000, std::memory_order_relaxed);
+      ctx.observe("ttft_ms", static_cast<double>(ttft) / 1e6);
+    }
     if (t.tokens > 1) {
-      ctx.counter("tpot_us_sum").fetch_add((t.last_token_ns - t.first_token_ns) / 1000 / (t.tokens - 1),
-                                           std::memory_order_relaxed);
+      const std::int64_t tpot = (t.last_token_ns - t.first_token_ns) / (t.tokens - 1);
+      ctx.counter("tpot_us_sum").fetch_add(tpot / 1000, std::memory_order_relaxed);
+      ctx.observe("tpot_ms", static_cast<double>(tpot) / 1e6);
     }
   }
+  keep_going(ctx, wake > 0 ? wake : 0);
+  return {};
+}
+
+namespace {
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::uint64_t get_u64(const std::string& in, std::size_t at) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+// A snapshot: u64 length of the engine's state, that state (Engine::save),
+// u64 count of held requests' headers, then per request its id, capture
+// time and part (u64 each).
+bool Generate::snapshot(std::string& out) const {
+  if (!engine_) return true;
+  const std::string engine = engine_->save();
+  put_u64(out, engine.size());
+  out += engine;
+  put_u64(out, headers_.size());
+  for (const auto& [id, h] : headers_) {
+    put_u64(out, id);
+    put_u64(out, static_cast<std::uint64_t>(h.capture_ns));
+    put_u64(out, h.part_id);
+  }
+  return true;
+}
+
+Status Generate::restore(const std::string& state) {
+  if (state.size() < 8) return Status::error("lm.generate: snapshot truncated");
+  const std::uint64_t engine_size = get_u64(state, 0);
+  if (engine_size > state.size() - 16) return Status::error("lm.generate: snapshot truncated");
+  const std::size_t table = 8 + static_cast<std::size_t>(engine_size);
+  const std::uint64_t count = get_u64(state, table);
+  if (count > (state.size() - table - 8) / 24 || state.size() != table + 8 + 24 * count) {
+    return Status::error("lm.generate: snapshot's header table is truncated or has trailing bytes");
+  }
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  if (std::string why = engine_->load(state.substr(8, static_cast<std::size_t>(engine_size)), now); !why.empty()) {
+    return Status::error("lm.generate: " + why);
+  }
+  for (std::uint64_t k = 0; k < count; ++k) {
+    const std::size_t at = table + 8 + 24 * static_cast<std::size_t>(k);
+    EnvelopeHeader h;
+    h.stream = get_u64(state, at);
+    h.capture_ns = static_cast<std::int64_t>(get_u64(state, at + 8));
+    h.part_id = get_u64(state, at + 16);
+    headers_[h.stream] = h;
+  }
+  // Its requests go on at once.
+  if (context_ != nullptr) keep_going(*context_, 0);
   return {};
 }
 
@@ -302,6 +400,42 @@ Status Detokenize::process(Inputs& in, Outputs& out, StageContext&) {
   h.vote_key = 0;
   h.confidence = 1.0F;
   out.emit(out_, Payload::from_builder(fbb), h);
+  return {};
+}
+
+// A snapshot: u64 count, then per request u64 id, u64 tokens, u64 text
+// length and the text.
+bool Detokenize::snapshot(std::string& out) const {
+  put_u64(out, partial_.size());
+  for (const auto& [id, part] : partial_) {
+    put_u64(out, id);
+    put_u64(out, part.tokens);
+    put_u64(out, part.text.size());
+    out += part.text;
+  }
+  return true;
+}
+
+Status Detokenize::restore(const std::string& state) {
+  const auto bad = Status::error("lm.detokenize: snapshot truncated or with trailing bytes");
+  if (state.size() < 8) return bad;
+  const std::uint64_t count = get_u64(state, 0);
+  std::size_t at = 8;
+  std::map<std::uint64_t, Partial> partial;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    if (state.size() - at < 24) return bad;
+    const std::uint64_t id = get_u64(state, at);
+    Partial p;
+    p.tokens = static_cast<std::uint32_t>(get_u64(state, at + 8));
+    const std::uint64_t n = get_u64(state, at + 16);
+    at += 24;
+    if (state.size() - at < n) return bad;
+    p.text = state.substr(at, static_cast<std::size_t>(n));
+    at += static_cast<std::size_t>(n);
+    partial[id] = std::move(p);
+  }
+  if (at != state.size()) return bad;
+  partial_ = std::move(partial);
   return {};
 }
 

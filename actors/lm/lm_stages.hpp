@@ -62,9 +62,19 @@ class Generate final : public Stage {
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
   void stop(StageContext& ctx) override;
+  /// Its requests (running and queued) with what each has generated: a
+  /// replica that takes over goes on from there (docs/lm.md).
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
  private:
   void emit(const TokenEvent& event, Outputs& out);
+  /// One decoding step of the running batch (a call without input).
+  Status step(Outputs& out, StageContext& ctx);
+  /// Ends request `id`'s stream with no token and `reason`.
+  void emit_end(std::uint64_t id, const std::string& reason, Outputs& out);
+  /// Asks to be called again while requests are held.
+  void keep_going(StageContext& ctx, std::int64_t wake_ns);
 
   InputPort<schema::Prompt> in_;
   OutputPort<schema::Tokens> out_;
@@ -76,12 +86,20 @@ class Generate final : public Stage {
   std::int64_t max_queue_ = 256;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
+  /// The header of each held request's prompt: its tokens carry it on
+  /// (capture time, part).
+  std::map<std::uint64_t, EnvelopeHeader> headers_;
+  std::vector<TokenEvent> events_;
+  StageContext* context_ = nullptr;  ///< the replica's, from start on
 };
 
 class Detokenize final : public Stage {
  public:
   void setup(StageSpec& spec) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
+  /// The texts of requests not finished yet.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
  private:
   struct Partial {

@@ -2,8 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 namespace swarmflow::lm {
+
+std::string Sampler::state() const {
+  std::ostringstream out;
+  out << rng_;
+  return out.str();
+}
+
+bool Sampler::set_state(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 rng;
+  in >> rng;
+  if (in.fail()) return false;
+  rng_ = rng;
+  return true;
+}
 
 SampledToken Sampler::sample(const float* logits, int vocab) {
   int best = 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace swarmflow::lm {
@@ -28,6 +29,10 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
   SampledToken sample(const float* logits, int vocab);
+  /// The generator's state, to continue the same draws elsewhere (a
+  /// snapshot), and setting it back; false if `state` is not one.
+  std::string state() const;
+  bool set_state(const std::string& state);
 
  private:
   SamplingParams params_;

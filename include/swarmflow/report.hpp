@@ -19,6 +19,27 @@ struct LatencySummary {
   double max_ms = 0;
 };
 
+/// A stage's own histogram (StageContext::observe), in the unit the stage
+/// recorded it in.
+struct ValueSummary {
+  std::uint64_t count = 0;
+  double mean = 0;
+  double p50 = 0;
+  double p99 = 0;
+};
+
+/// The buckets of StageContext::observe: a value is kept to two significant
+/// digits (within 5 %; integers below 100 exactly), as a bucket code: 0 for
+/// zero and below, else 100 * (exponent + 10) + mantissa, the value being
+/// mantissa (10..99) * 10^exponent, exponent -10..89.
+namespace value_buckets {
+int bucket(double value);
+/// The value a bucket code stands for.
+double value(int bucket);
+/// Count, mean and percentiles of buckets counted per code, with the sum of the values.
+ValueSummary summarize(const std::map<int, std::uint64_t>& counts, double sum);
+}  // namespace value_buckets
+
 /// One stage, summed over its replicas.
 struct StageReport {
   std::string id;
@@ -32,6 +53,7 @@ struct StageReport {
   std::uint64_t queued = 0;        ///< envelopes waiting at its replicas now
   std::uint64_t queue_peak = 0;    ///< the most that ever waited at one replica
   std::map<std::string, std::int64_t> counters;  ///< the stage's own named counters
+  std::map<std::string, ValueSummary> histograms;  ///< the stage's own histograms (StageContext::observe)
   LatencySummary latency;  ///< capture-to-completion, recorded at sinks
   /// The same latencies as a histogram: samples at most each bound of
   /// kServiceBucketsS (cumulative), and their sum.

@@ -312,6 +312,14 @@ class StageContext {
   /// A named counter of this replica, summed over replicas in the run report.
   /// The reference stays valid for the replica's lifetime, across restarts.
   virtual std::atomic<std::int64_t>& counter(std::string_view name) = 0;
+  /// Records `value` in the replica's histogram `name` (in the stage's own
+  /// unit: ms, tokens, ...). The run report gives, per stage and summed over
+  /// its replicas, the count, mean, p50 and p99 under `histograms`; the
+  /// percentiles are of the values kept to two significant digits (within
+  /// 5 %; integers below 100 exactly; 0 for zero and below). It is kept
+  /// as counters named `hist.<name>.<bucket>` and `hist.<name>.sum_milli`,
+  /// so it survives restarts and failovers like any counter.
+  void observe(std::string_view name, double value);
 };
 
 /// Base class of every stage.
@@ -335,7 +343,9 @@ class Stage {
   /// and before its first envelope, and the inputs after it are replayed.
   /// Called between steps, never during one.
   virtual bool snapshot(std::string& /*out*/) const { return false; }
-  /// Takes the state `snapshot` wrote; an error fails the run.
+  /// Takes the state `snapshot` wrote; an error fails the run. A stage that
+  /// took over work in hand calls `defer_until` on the context `start` gave
+  /// it, to be called again and go on with it.
   virtual Status restore(const std::string& /*state*/) { return Status::error("restore not supported"); }
 };
 

@@ -30,6 +30,18 @@ Json stage_json(const StageReport& s) {
   j["restarts"] = s.restarts;
   j["dead_letters"] = s.dead_letters;
   j["counters"] = counters_json(s.counters);
+  if (!s.histograms.empty()) {
+    Json h = Json::object();
+    for (const auto& [name, v] : s.histograms) {
+      Json x = Json::object();
+      x["count"] = v.count;
+      x["mean"] = v.mean;
+      x["p50"] = v.p50;
+      x["p99"] = v.p99;
+      h[name] = std::move(x);
+    }
+    j["histograms"] = std::move(h);
+  }
   return j;
 }
 

@@ -994,6 +994,8 @@ bool ReplicaCore::restore_state() {
                      " could not restore its state after a failover: " + s.message());
     return false;
   }
+  // Work in hand it took over goes on (a call it asked for in restore).
+  if (!source_) take_wake_request();
   setup_.stats->processed.store(snapshot.processed, std::memory_order_relaxed);
   for (const auto& [name, value] : snapshot.counters) setup_.stats->counter(name).store(value, std::memory_order_relaxed);
   for (const auto& seen : snapshot.seen) {

@@ -1,6 +1,9 @@
 #include "runtime/report_builder.hpp"
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "runtime/run_state.hpp"
 
@@ -140,6 +143,33 @@ RunReport build_report(const RunState& run) {
       }
       it = s.counters.erase(it);
     }
+  }
+  // Histograms the stages keep (StageContext::observe) are counters
+  // hist.<name>.<bucket> and hist.<name>.sum_milli.
+  for (auto& s : r.stages) {
+    std::map<std::string, std::pair<std::map<int, std::uint64_t>, double>> found;
+    for (auto it = s.counters.begin(); it != s.counters.end();) {
+      const std::string& name = it->first;
+      const auto dot = name.rfind('.');
+      if (name.rfind("hist.", 0) != 0 || dot == std::string::npos || dot <= 5) {
+        ++it;
+        continue;
+      }
+      auto& [counts, sum] = found[name.substr(5, dot - 5)];
+      const std::string what = name.substr(dot + 1);
+      if (what == "sum_milli") {
+        sum += static_cast<double>(it->second) / 1000.0;
+      } else {
+        try {
+          counts[std::stoi(what)] += static_cast<std::uint64_t>(std::max<std::int64_t>(it->second, 0));
+        } catch (const std::exception&) {
+          ++it;
+          continue;
+        }
+      }
+      it = s.counters.erase(it);
+    }
+    for (const auto& [name, h] : found) s.histograms[name] = value_buckets::summarize(h.first, h.second);
   }
   return r;
 }

@@ -52,6 +52,19 @@ class StageRunner final : public StageContext {
     return s;
   }
 
+  /// Calls the stage without input as long as it asks to be called again
+  /// (defer_until), at most `max_steps` times; a set clock (`set_now_ns`)
+  /// moves on to each time asked for. Returns the last status.
+  Status run_deferred(int max_steps = 1000000) {
+    Status s;
+    for (int i = 0; i < max_steps && deferred_until_ > 0; ++i) {
+      if (now_ns_ != 0 && deferred_until_ > now_ns_) now_ns_ = deferred_until_;
+      s = pull();
+      if (!s.ok()) return s;
+    }
+    return s;
+  }
+
   /// Everything emitted on output `port` so far.
   const std::vector<Envelope>& output(const std::string& port) { return outputs_[port]; }
   const StageSpec& spec() const { return spec_; }

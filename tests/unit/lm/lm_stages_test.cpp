@@ -1,9 +1,13 @@
 // The lm stages driven one at a time, without actors.
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <vector>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <swarmflow/report.hpp>
 
 #include "lm/lm.hpp"
 #include "lm/lm_stages.hpp"
@@ -36,6 +40,11 @@ TEST_F(LmStages, GenerateEmitsOneEnvelopePerTokenWithItsVoteKeyAndProbability) {
   ASSERT_TRUE(gen.set("model", kModel).ok());
   ASSERT_TRUE(gen.start().ok());
   ASSERT_TRUE(gen.feed("in", prompt(7, "DOG, n.", 12)).ok());
+  // Tokens come in steps of its own, which it asks for.
+  EXPECT_TRUE(gen.output("out").empty());
+  EXPECT_GT(gen.deferred_until(), 0);
+  ASSERT_TRUE(gen.run_deferred().ok());
+  EXPECT_EQ(gen.deferred_until(), 0);  // nothing left in hand
   const auto& out = gen.output("out");
   ASSERT_EQ(out.size(), 12u);
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -87,6 +96,7 @@ TEST_F(LmStages, TokenizeGenerateDetokenizeGiveTheGeneratedText) {
   ASSERT_TRUE(gen.set("model", kModel).ok());
   ASSERT_TRUE(gen.start().ok());
   ASSERT_TRUE(gen.feed("in", tok.output("out")[0]).ok());
+  ASSERT_TRUE(gen.run_deferred().ok());
   StageRunner detok(registry_, "lm.detokenize");
   ASSERT_TRUE(detok.start().ok());
   std::string expected;
@@ -100,6 +110,134 @@ TEST_F(LmStages, TokenizeGenerateDetokenizeGiveTheGeneratedText) {
   EXPECT_EQ(c->text()->str(), expected);
   EXPECT_EQ(c->tokens(), 10u);
   EXPECT_EQ(c->finish_reason()->str(), "length");
+}
+
+Envelope cancel(std::uint64_t id) {
+  flatbuffers::FlatBufferBuilder fbb;
+  schema::PromptBuilder b(fbb);
+  b.add_request_id(id);
+  b.add_cancel(true);
+  fbb.Finish(b.Finish(), schema::PromptIdentifier());
+  EnvelopeHeader h;
+  h.stream = id;
+  h.seq = 1;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+/// Request id -> its token ids, from token envelopes.
+std::map<std::uint64_t, std::vector<int>> by_request(const std::vector<Envelope>& out) {
+  std::map<std::uint64_t, std::vector<int>> r;
+  for (const auto& e : out) {
+    const auto* t = e.as<schema::Tokens>();
+    if (t->ids() != nullptr && t->ids()->size() > 0) {
+      EXPECT_EQ(t->position(), r[t->request_id()].size());
+      r[t->request_id()].push_back(t->ids()->Get(0));
+    }
+  }
+  return r;
+}
+
+const std::vector<std::string> kPrompts = {"DOG, n.", "LAWYER, n. One skilled", "CAT, n.", "PEACE, n."};
+
+TEST_F(LmStages, GenerateBatchesTheRequestsItHoldsAndGivesEachTheTokensItWouldGetAlone) {
+  std::map<std::uint64_t, std::vector<int>> alone;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+    StageRunner gen(registry_, "lm.generate");
+    ASSERT_TRUE(gen.set("model", kModel).ok());
+    ASSERT_TRUE(gen.start().ok());
+    ASSERT_TRUE(gen.feed("in", prompt(i + 1, kPrompts[i], 16)).ok());
+    ASSERT_TRUE(gen.run_deferred().ok());
+    alone[i + 1] = by_request(gen.output("out"))[i + 1];
+    ASSERT_EQ(alone[i + 1].size(), 16u);
+  }
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", kModel).ok());
+  ASSERT_TRUE(gen.start().ok());
+  // Two arrive, then two more after a few steps: they join the running batch.
+  ASSERT_TRUE(gen.feed("in", prompt(1, kPrompts[0], 16)).ok());
+  ASSERT_TRUE(gen.feed("in", prompt(2, kPrompts[1], 16)).ok());
+  ASSERT_TRUE(gen.run_deferred(3).ok());
+  ASSERT_TRUE(gen.feed("in", prompt(3, kPrompts[2], 16)).ok());
+  ASSERT_TRUE(gen.feed("in", prompt(4, kPrompts[3], 16)).ok());
+  ASSERT_TRUE(gen.run_deferred().ok());
+  EXPECT_EQ(by_request(gen.output("out")), alone);
+  // Fewer steps than tokens: requests shared steps.
+  EXPECT_EQ(gen.counter_value("tokens"), 64);
+  EXPECT_LT(gen.counter_value("steps"), 40);
+  // Each prompt fits one prefill chunk, whose step gives its first token:
+  // every slot of every step gave a token.
+  EXPECT_EQ(gen.counter_value("batch_slots"), 64);
+  // TTFT, TPOT and batch sizes are histograms in the run report.
+  std::int64_t ttfts = 0;
+  for (int b = 0; b < 10000; ++b) ttfts += gen.counter_value("hist.ttft_ms." + std::to_string(b));
+  EXPECT_EQ(ttfts, 4);
+  std::int64_t batch_steps = 0;
+  for (int size = 1; size <= 4; ++size) batch_steps += gen.counter_value("hist.batch_size." + std::to_string(value_buckets::bucket(size)));
+  EXPECT_EQ(batch_steps, gen.counter_value("steps"));
+  EXPECT_GT(gen.counter_value("hist.batch_size." + std::to_string(value_buckets::bucket(4))), 0);
+}
+
+TEST_F(LmStages, AGenerateReplicaThatTakesOverASnapshotGoesOnWhereTheOtherWas) {
+  StageRunner whole(registry_, "lm.generate");
+  ASSERT_TRUE(whole.set("model", kModel).ok());
+  ASSERT_TRUE(whole.start().ok());
+  ASSERT_TRUE(whole.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  ASSERT_TRUE(whole.feed("in", prompt(2, kPrompts[1], 20)).ok());
+  ASSERT_TRUE(whole.run_deferred().ok());
+
+  StageRunner first(registry_, "lm.generate");
+  ASSERT_TRUE(first.set("model", kModel).ok());
+  ASSERT_TRUE(first.start().ok());
+  ASSERT_TRUE(first.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  ASSERT_TRUE(first.feed("in", prompt(2, kPrompts[1], 20)).ok());
+  ASSERT_TRUE(first.run_deferred(7).ok());
+  std::string state;
+  ASSERT_TRUE(first.stage().snapshot(state));
+  StageRunner second(registry_, "lm.generate");
+  ASSERT_TRUE(second.set("model", kModel).ok());
+  ASSERT_TRUE(second.start().ok());
+  ASSERT_TRUE(second.stage().restore(state).ok());
+  EXPECT_GT(second.deferred_until(), 0);  // it asks to go on at once
+  ASSERT_TRUE(second.run_deferred().ok());
+  // What the first made, then what the second made, is the whole stream.
+  std::vector<Envelope> joined = first.output("out");
+  for (const auto& e : second.output("out")) joined.push_back(e);
+  EXPECT_EQ(by_request(joined), by_request(whole.output("out")));
+  EXPECT_EQ(by_request(joined)[1].size(), 20u);
+
+  // A damaged snapshot is refused with a reason.
+  StageRunner third(registry_, "lm.generate");
+  ASSERT_TRUE(third.set("model", kModel).ok());
+  ASSERT_TRUE(third.start().ok());
+  EXPECT_TRUE(third.stage().restore(state.substr(0, state.size() - 3)).is_error());
+}
+
+TEST_F(LmStages, ACancelledRequestEndsAtOnceAndFreesItsCache) {
+  StageRunner gen(registry_, "lm.generate");
+  ASSERT_TRUE(gen.set("model", kModel).ok());
+  ASSERT_TRUE(gen.set("batch.kv_budget_tokens", std::int64_t{40}).ok());
+  ASSERT_TRUE(gen.start().ok());
+  ASSERT_TRUE(gen.feed("in", prompt(1, kPrompts[0], 30)).ok());  // 8 + 30 of 40 tokens
+  ASSERT_TRUE(gen.run_deferred(3).ok());
+  ASSERT_TRUE(gen.feed("in", cancel(1)).ok());
+  ASSERT_TRUE(gen.run_deferred().ok());
+  const auto& out = gen.output("out");
+  ASSERT_FALSE(out.empty());
+  const auto* last = out.back().as<schema::Tokens>();
+  EXPECT_TRUE(last->final());
+  EXPECT_EQ(last->finish_reason()->str(), "cancelled");
+  EXPECT_LT(out.size(), 10u);
+  EXPECT_EQ(gen.counter_value("cancelled"), 1);
+  // Its reservation is free: a request as large fits at once.
+  ASSERT_TRUE(gen.feed("in", prompt(2, kPrompts[0], 30)).ok());
+  ASSERT_TRUE(gen.run_deferred().ok());
+  EXPECT_EQ(by_request(gen.output("out"))[2].size(), 30u);
+  EXPECT_EQ(gen.counter_value("refused"), 0);
+  // Cancelling what it does not hold (finished, or never seen) emits nothing.
+  const std::size_t before = gen.output("out").size();
+  ASSERT_TRUE(gen.feed("in", cancel(2)).ok());
+  ASSERT_TRUE(gen.feed("in", cancel(99)).ok());
+  EXPECT_EQ(gen.output("out").size(), before);
 }
 
 TEST_F(LmStages, PromptsReadsTextAndJsonLines) {
