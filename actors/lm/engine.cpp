@@ -203,6 +203,7 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
     ev.token = tok.id;
     ev.piece = tokenizer_.piece(tok.id);
     ev.logprob = tok.logprob;
+    ev.prompt_tokens = static_cast<int>(seq.request.prompt.size());
     seq.tokens.push_back(tok.id);
     seq.text += ev.piece;
     ++seq.generated;

@@ -43,6 +43,7 @@ struct TokenEvent {
   double logprob = 0.0;
   bool final = false;
   std::string finish_reason;  ///< with `final`: "length", "stop" or "context"
+  int prompt_tokens = 0;      ///< the request's prompt length
 };
 
 /// Per-request timings, on the clock the caller passes to `submit`/`step`.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lm/lm.hpp"
+#include "lm/serve_hub.hpp"
 
 namespace swarmflow::lm {
 
@@ -31,6 +32,11 @@ Status load_model(const std::string& param, Model& model) {
 }
 
 constexpr const char* kDefaultModel = "models/devil-1m.sflm";
+/// The sequence number of a stream's end without a token (a refusal, a
+/// cancellation): apart from every token's position.
+constexpr std::uint64_t kEndSeq = std::uint64_t{1} << 32;
+/// How often lm.prompts looks for requests from a server when it has none.
+constexpr std::int64_t kHubPollNs = 500'000;
 
 }  // namespace
 
@@ -59,6 +65,8 @@ void PromptSource::setup(StageSpec& s) {
 }
 
 Status PromptSource::start(StageContext& ctx) {
+  hub_ = serve_hub();
+  if (hub_ != nullptr) return {};  // requests come from the server
   const std::string file = resolve_data_path(path_);
   std::ifstream in(file);
   if (!in) return Status::error("lm.prompts: cannot open '" + path_ + "'");
@@ -112,7 +120,49 @@ Status PromptSource::start(StageContext& ctx) {
   return {};
 }
 
+Status PromptSource::from_hub(Outputs& out, StageContext& ctx) {
+  std::optional<ServeRequest> r = hub_->take();
+  if (!r) {
+    if (ctx.stop_requested() || hub_->closed()) return Status::end_of_stream();
+    ctx.defer_until(ctx.now_ns() + kHubPollNs);
+    return {};
+  }
+  flatbuffers::FlatBufferBuilder fbb;
+  EnvelopeHeader h;
+  h.stream = r->id;
+  h.capture_ns = r->arrived_ns != 0 ? r->arrived_ns : ctx.now_ns();
+  if (r->cancel) {
+    schema::PromptBuilder b(fbb);
+    b.add_request_id(r->id);
+    b.add_cancel(true);
+    fbb.Finish(b.Finish(), schema::PromptIdentifier());
+    h.seq = 1;  // not the request's own key
+  } else {
+    std::vector<std::string> stop;
+    if (r->stop) {
+      stop = *r->stop;
+    } else if (!defaults_.stop.empty()) {
+      stop.push_back(unescape(defaults_.stop));
+    }
+    std::vector<flatbuffers::Offset<flatbuffers::String>> stops;
+    for (const auto& s : stop) stops.push_back(fbb.CreateString(s));
+    const auto t = fbb.CreateString(r->text);
+    const auto st = fbb.CreateVector(stops);
+    fbb.Finish(schema::CreatePrompt(fbb, r->id, t, 0, r->max_tokens.value_or(static_cast<int>(defaults_.max_tokens)),
+                                    static_cast<float>(r->temperature.value_or(defaults_.temperature)),
+                                    r->top_k.value_or(static_cast<int>(defaults_.top_k)),
+                                    static_cast<float>(r->top_p.value_or(defaults_.top_p)),
+                                    r->seed.value_or(static_cast<std::uint64_t>(defaults_.seed)), st),
+               schema::PromptIdentifier());
+    h.seq = 0;
+    ctx.counter("expected").fetch_add(1, std::memory_order_relaxed);
+  }
+  out.emit(out_, Payload::from_builder(fbb), h);
+  return {};
+}
+
 Status PromptSource::process(Inputs&, Outputs& out, StageContext& ctx) {
+  if (hub_ != nullptr) return from_hub(out, ctx);
   if (ctx.stop_requested() || next_ >= prompts_.size()) return Status::end_of_stream();
   EnvelopeHeader h;
   h.stream = ids_[next_];
@@ -141,6 +191,10 @@ Status Tokenize::start(StageContext&) {
 Status Tokenize::process(Inputs& in, Outputs& out, StageContext& ctx) {
   const schema::Prompt* p = in.get(in_);
   if (p == nullptr) return Status::error("lm.tokenize: not a Prompt");
+  if (p->cancel()) {
+    out.forward(out_, *in.envelope());
+    return {};
+  }
   const std::vector<int> ids = tokenizer_.encode(p->text() ? p->text()->string_view() : std::string_view{}, true);
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<flatbuffers::String>> stops;
@@ -206,7 +260,7 @@ void Generate::emit(const TokenEvent& e, Outputs& out) {
   const auto lps = fbb.CreateVector(std::vector<float>{lp});
   const auto reason = fbb.CreateString(e.finish_reason);
   fbb.Finish(schema::CreateTokens(fbb, ids, pieces, static_cast<std::uint64_t>(e.position), conf, e.final, e.request,
-                                  lps, reason),
+                                  lps, reason, static_cast<std::uint32_t>(e.prompt_tokens)),
              schema::TokensIdentifier());
   auto it = headers_.find(e.request);
   EnvelopeHeader h = it != headers_.end() ? it->second : out.base_header();
@@ -229,6 +283,7 @@ void Generate::emit_end(std::uint64_t id, const std::string& reason, Outputs& ou
   auto it = headers_.find(id);
   EnvelopeHeader h = it != headers_.end() ? it->second : out.base_header();
   h.stream = id;
+  h.seq = kEndSeq;
   h.confidence = 0.0F;
   out.emit(out_, Payload::from_builder(fbb), h);
   if (it != headers_.end()) headers_.erase(it);
@@ -383,6 +438,7 @@ void Detokenize::setup(StageSpec& s) {
 Status Detokenize::process(Inputs& in, Outputs& out, StageContext&) {
   const schema::Tokens* t = in.get(in_);
   if (t == nullptr) return Status::error("lm.detokenize: not Tokens");
+  if (ServeHub* hub = serve_hub(); hub != nullptr) deliver(*hub, *t);
   Partial& part = partial_[t->request_id()];
   if (t->pieces() != nullptr) {
     for (const auto* s : *t->pieces()) part.text += s->str();
@@ -401,6 +457,27 @@ Status Detokenize::process(Inputs& in, Outputs& out, StageContext&) {
   h.confidence = 1.0F;
   out.emit(out_, Payload::from_builder(fbb), h);
   return {};
+}
+
+void Detokenize::deliver(ServeHub& hub, const schema::Tokens& t) {
+  const std::size_t n = t.ids() != nullptr ? t.ids()->size() : 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<flatbuffers::uoffset_t>(i);
+    ServeEvent e;
+    e.token = t.ids()->Get(k);
+    if (t.pieces() != nullptr && k < t.pieces()->size()) e.piece = t.pieces()->Get(k)->str();
+    if (t.logprobs() != nullptr && k < t.logprobs()->size()) e.logprob = t.logprobs()->Get(k);
+    e.prompt_tokens = t.prompt_tokens();
+    e.final = t.final() && i + 1 == n;
+    if (e.final && t.finish_reason() != nullptr) e.finish_reason = t.finish_reason()->str();
+    hub.deliver(t.request_id(), std::move(e));
+  }
+  if (n == 0 && t.final()) {
+    ServeEvent e;
+    e.final = true;
+    if (t.finish_reason() != nullptr) e.finish_reason = t.finish_reason()->str();
+    hub.deliver(t.request_id(), std::move(e));
+  }
 }
 
 // A snapshot: u64 count, then per request u64 id, u64 tokens, u64 text

@@ -28,6 +28,8 @@ struct PromptDefaults {
   std::string stop;
 };
 
+class ServeHub;
+
 class PromptSource final : public Stage {
  public:
   void setup(StageSpec& spec) override;
@@ -35,6 +37,9 @@ class PromptSource final : public Stage {
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
 
  private:
+  /// A server's requests (serve_hub.hpp), instead of the file's.
+  Status from_hub(Outputs& out, StageContext& ctx);
+  ServeHub* hub_ = nullptr;
   OutputPort<schema::Prompt> out_;
   std::string path_;
   PromptDefaults defaults_;
@@ -106,6 +111,8 @@ class Detokenize final : public Stage {
     std::string text;
     std::uint32_t tokens = 0;
   };
+  /// Hands a request's tokens to the server of this process.
+  static void deliver(ServeHub& hub, const schema::Tokens& tokens);
   InputPort<schema::Tokens> in_;
   OutputPort<schema::Completion> out_;
   std::map<std::uint64_t, Partial> partial_;

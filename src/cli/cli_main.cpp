@@ -3,6 +3,7 @@
 // shell completion. Exit codes: 0 ok, 1 runtime failure, 2 invalid pipeline
 // or usage.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <variant>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,8 +29,10 @@
 #include "cli/completion.hpp"
 #include "cli/metrics_server.hpp"
 #include "cli/progress.hpp"
+#include "cli/serve_api.hpp"
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
+#include "lm/serve_hub.hpp"
 #include "metrics/prometheus.hpp"
 
 // The packs on OpenCV and GStreamer that this build has (SWARMFLOW_WITH_*).
@@ -134,6 +138,9 @@ struct RunArgs {
   int join_timeout_ms = 30000;
   std::string secret_key;
   std::string metrics;  ///< --metrics HOST:PORT: serve /metrics there
+  /// `swarmflow serve`: the HTTP API's options (address empty for `run`).
+  swarmflow::cli::ServeOptions serve;
+  std::size_t max_active = 64;  ///< --max-active: requests in flight at most; more get 429
 };
 
 /// What the summary needs to know of the pipeline beyond the report.
@@ -154,12 +161,79 @@ PipelineFacts pipeline_facts(swarmflow::Runtime& rt, const std::string& file) {
   return facts;
 }
 
+/// What GET /health adds of the run: whether it still runs, and the
+/// generation figures of its lm.generate stages.
+std::string serve_health(const swarmflow::RunReport& report) {
+  std::int64_t tokens = 0;
+  std::int64_t cancelled = 0;
+  std::int64_t refused = 0;
+  for (const auto& st : report.stages) {
+    if (st.type != "lm.generate") continue;
+    auto get = [&st](const char* name) {
+      auto it = st.counters.find(name);
+      return it == st.counters.end() ? std::int64_t{0} : it->second;
+    };
+    tokens += get("tokens");
+    cancelled += get("cancelled");
+    refused += get("refused");
+  }
+  return "{\"running\": " + std::string(report.finished ? "false" : "true") + ", \"generated_tokens\": " +
+         std::to_string(tokens) + ", \"generate_cancelled\": " + std::to_string(cancelled) +
+         ", \"generate_refused\": " + std::to_string(refused) + "}";
+}
+
 /// How long a unit process waits for its peers to drain after a signal
 /// before it leaves without them.
 constexpr int kUnitDrainMs = 500;
 /// How long a unit process that asked to leave waits for the coordinator
 /// to hand its replicas over before it stops as if it could not.
 constexpr int kUnitHandOverMs = 5000;
+
+/// What `swarmflow serve` needs of the pipeline: where requests enter and
+/// answers leave (lm.prompts, lm.detokenize), in units of this process, and
+/// the model it names. False, having said why, when the file cannot serve.
+bool check_servable(swarmflow::Runtime& rt, const RunArgs& args, swarmflow::cli::ServeOptions& serve) {
+  std::vector<swarmflow::Diagnostic> diagnostics;
+  const auto spec = swarmflow::config::load_pipeline_file(args.file, rt.registry(), diagnostics);
+  if (!spec) return false;  // load() has said why
+  bool prompts = false;
+  bool detokenize = false;
+  for (const auto& s : spec->stages) {
+    const bool end = s.type == "lm.prompts" || s.type == "lm.detokenize";
+    prompts = prompts || s.type == "lm.prompts";
+    detokenize = detokenize || s.type == "lm.detokenize";
+    if (end && !args.units.empty()) {
+      // Its replicas must be on units of this process, where the server is.
+      bool here = !s.pin_units.empty();
+      for (const auto& u : s.pin_units) {
+        here = here && std::find(args.units.begin(), args.units.end(), u) != args.units.end();
+      }
+      if (!here) {
+        std::fprintf(stderr,
+                     "swarmflow: serve: stage '%s' (%s) must be pinned to units this process hosts "
+                     "(placement: {units: [...]} within --units), since requests enter and answers leave there\n",
+                     s.id.c_str(), s.type.c_str());
+        return false;
+      }
+    }
+    if (s.type == "lm.generate") {
+      for (const auto& p : s.params) {
+        if (p.name == "model" && std::holds_alternative<std::string>(p.value)) {
+          serve.model = std::filesystem::path(std::get<std::string>(p.value)).stem().string();
+        }
+      }
+    }
+  }
+  if (!prompts || !detokenize) {
+    std::fprintf(stderr,
+                 "swarmflow: serve: %s has no %s stage; requests enter a served pipeline at lm.prompts and "
+                 "their tokens leave it at lm.detokenize (docs/serving.md)\n",
+                 args.file.c_str(), prompts ? "lm.detokenize" : "lm.prompts");
+    return false;
+  }
+  if (serve.model == "swarmflow") serve.model = "devil-1m";  // lm.generate's default model
+  return true;
+}
 
 int cmd_run(const RunArgs& args, const StageSources& stages) {
   swarmflow::RuntimeOptions options;
@@ -181,6 +255,31 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
       return kExitInvalid;
     }
   }
+  // `swarmflow serve`: the HTTP API feeds lm.prompts and is fed by lm.detokenize.
+  std::unique_ptr<swarmflow::lm::ServeHub> hub;
+  std::unique_ptr<swarmflow::cli::ApiServer> api;
+  const bool serving = !args.serve.address.empty();
+  if (serving) {
+    swarmflow::cli::ServeOptions serve = args.serve;
+    if (!check_servable(rt, args, serve)) return kExitInvalid;
+    hub = std::make_unique<swarmflow::lm::ServeHub>(args.max_active);
+    std::string error;
+    api = swarmflow::cli::ApiServer::start(serve, *hub, [&rt] { return serve_health(rt.report()); }, &error);
+    if (!api) {
+      std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
+      return kExitInvalid;
+    }
+    swarmflow::lm::attach_serve_hub(hub.get());
+    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-stream is an error on write, not a signal
+    std::fprintf(stderr, "swarmflow: serving %s (model %s) at http://%s:%d\n", args.file.c_str(),
+                 serve.model.c_str(), serve.address.substr(0, serve.address.rfind(':')).c_str(), api->port());
+  }
+  struct Detach {
+    bool on;
+    ~Detach() {
+      if (on) swarmflow::lm::attach_serve_hub(nullptr);
+    }
+  } detach{serving};
   install_signal_handlers();
   swarmflow::Status s = rt.start();
   if (!s.ok()) {
@@ -219,6 +318,11 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     if (!stop_sent && !leaving && (g_signals.load() > 0 || (args.duration_s > 0 && elapsed >= args.duration_s))) {
       if (g_signals.load() > 0 && !args.quiet && args.progress) {
         std::fputs("\nswarmflow: stopping, draining what is in flight (again to abort)\n", stderr);
+      }
+      if (serving) {
+        // No new requests; streams being answered are cut off (and cancelled).
+        api->stop();
+        hub->close();
       }
       rt.request_stop();
       stop_sent = true;
@@ -416,6 +520,34 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)")
       ->type_name(kFileValue);
 
+  RunArgs serve_args;
+  auto* serve = app.add_subcommand(
+      "serve", "run a pipeline behind an OpenAI-compatible HTTP API until stopped (docs/serving.md)");
+  serve->add_option("file", serve_args.file, "pipeline definition (YAML) with lm.prompts and lm.detokenize")
+      ->required()
+      ->type_name(kPipelineValue);
+  serve->add_option("--http", serve_args.serve.address, "serve the API at http://HOST:PORT (port 0: any free one)")
+      ->required()
+      ->type_name("HOST:PORT");
+  serve->add_option("--max-active", serve_args.max_active, "requests in flight at most; more are answered 429")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  serve->add_option("--max-prompt-bytes", serve_args.serve.max_prompt_bytes, "longer prompts are answered 400")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  serve->add_option("--report", serve_args.report, "write the run report as JSON to this file when it stops")
+      ->type_name(kFileValue);
+  serve->add_option("--duration", serve_args.duration_s, "stop after this many seconds");
+  serve->add_option("--threads", serve_args.threads, "worker threads per unit");
+  serve->add_flag("--quiet", serve_args.quiet, "no progress line and no summary");
+  serve->add_option("--units", serve_args.units, "host only these units here (the rest join as `swarmflow unit`)")
+      ->delimiter(',');
+  serve->add_option("--join-timeout-ms", serve_args.join_timeout_ms, "how long to wait for units to join");
+  serve->add_option("--metrics", serve_args.metrics, "serve the run's figures for Prometheus at http://HOST:PORT/metrics")
+      ->type_name("HOST:PORT");
+  serve->add_option("--secret-key", serve_args.secret_key, "key pair of the units and coordinator hosted here (tcp)")
+      ->type_name(kFileValue);
+
   RunArgs unit_args;
   unit_args.coordinator = false;
   unit_args.progress = false;
@@ -501,6 +633,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
     return kExitInvalid;
   }
   if (*run) return cmd_run(run_args, stages);
+  if (*serve) return cmd_run(serve_args, stages);
   if (*unit) {
     unit_args.units = {unit_id};
     return cmd_run(unit_args, stages);

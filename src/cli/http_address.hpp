@@ -1,0 +1,13 @@
+#pragma once
+// HOST:PORT of the command's HTTP listeners (--metrics, --http).
+
+#include <string>
+
+namespace swarmflow::cli {
+
+/// Splits `address` (HOST:PORT, HOST may be [v6]) into `host` and `port`
+/// (0..65535); false with `error` (naming `flag`) when it is not one.
+bool parse_host_port(const std::string& address, const std::string& flag, std::string& host, int& port,
+                     std::string* error);
+
+}  // namespace swarmflow::cli
