@@ -141,6 +141,23 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                   counter("duplicate", 0), counter("reordered", 0), s.latency.p50_ms, s.latency.p99_ms,
                   s.latency.p999_ms, s.latency.max_ms);
   }
+  // The stages' own histograms (lm.generate: TTFT, TPOT, batch sizes).
+  header = false;
+  for (const auto& s : r.stages) {
+    for (const auto& [name, h] : s.histograms) {
+      if (!header) {
+        out += format("\n  %-20s %-16s %10s %11s %11s %11s\n", "stage", "histogram", "count", "mean", "p50", "p99");
+        header = true;
+      }
+      out += format("  %-20s %-16s %10" PRIu64 " %11.3f %11.3f %11.3f\n", s.id.c_str(), name.c_str(), h.count, h.mean,
+                    h.p50, h.p99);
+    }
+    auto tokens = s.counters.find("tokens");
+    if (s.type == "lm.generate" && tokens != s.counters.end() && r.duration_s > 0) {
+      out += format("  %-20s %-16s %10" PRId64 " %11.1f tokens/s over the run\n", s.id.c_str(), "tokens", tokens->second,
+                    static_cast<double>(tokens->second) / r.duration_s);
+    }
+  }
   for (const auto& s : r.stages) {
     if (!s.sink || s.replicas <= 1 || keyed.count(s.id) != 0 || s.counters.count("lost") == 0) continue;
     out += format("\n  %s: %d replicas without a key: each checks only the envelopes it gets, so lost and\n"
