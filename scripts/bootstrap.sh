@@ -23,6 +23,12 @@ packages=(
   libeigen3-dev                                 # the lm pack's matrix products
 )
 
+# Node.js and npm run the tests' HTTP clients (tests/clients); a machine
+# that has them from elsewhere keeps its own.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
