@@ -14,7 +14,7 @@ const port = await new Promise((resolve, reject) => {
     if (m) resolve(Number(m[1]));
   });
   server.on("exit", (code) => reject(new Error(`swarmflow serve exited ${code}: ${stderr}`)));
-  setTimeout(() => reject(new Error("swarmflow serve did not start: " + stderr)), 30000);
+  setTimeout(() => reject(new Error("swarmflow serve did not start: " + stderr)), 30000).unref();
 });
 
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", maxRetries: 0 });
