@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace swarmflow {
@@ -26,6 +27,9 @@ struct ValueSummary {
   double mean = 0;
   double p50 = 0;
   double p99 = 0;
+  /// The distribution: each value kept (to two significant digits) and how
+  /// often it was recorded, ascending.
+  std::vector<std::pair<double, std::uint64_t>> counts;
 };
 
 /// The buckets of StageContext::observe: a value is kept to two significant

@@ -47,6 +47,7 @@ ValueSummary summarize(const std::map<int, std::uint64_t>& counts, double sum) {
   };
   s.p50 = quantile(0.50);
   s.p99 = quantile(0.99);
+  for (const auto& [b, n] : counts) s.counts.emplace_back(value(b), n);
   return s;
 }
 

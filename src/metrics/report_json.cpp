@@ -38,6 +38,9 @@ Json stage_json(const StageReport& s) {
       x["mean"] = v.mean;
       x["p50"] = v.p50;
       x["p99"] = v.p99;
+      Json counts = Json::object();
+      for (const auto& [value, n] : v.counts) counts[Json(value).dump()] = n;
+      x["counts"] = std::move(counts);
       h[name] = std::move(x);
     }
     j["histograms"] = std::move(h);
