@@ -68,4 +68,10 @@ void BatchPolicy::finish(std::uint64_t id) {
   if (q != queue_.end()) queue_.erase(q);
 }
 
+void BatchPolicy::rewind(std::uint64_t id, int fed) {
+  for (Running& r : running_) {
+    if (r.request.id == id) r.fed = std::min(r.fed, std::max(0, fed));
+  }
+}
+
 }  // namespace swarmflow::lm

@@ -63,6 +63,9 @@ class BatchPolicy {
   /// After a step: `id` has produced one more token (or finished its prompt).
   /// Its reservation is released by `finish`.
   void finish(std::uint64_t id);
+  /// A running request's KV cache holds only its first `fed` tokens now
+  /// (a re-sync replaced a later one): they are fed again from there.
+  void rewind(std::uint64_t id, int fed);
 
   std::int64_t reserved_tokens() const { return reserved_; }
   std::size_t running() const { return running_.size(); }

@@ -1,6 +1,7 @@
 #include "lm/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace swarmflow::lm {
@@ -30,7 +31,7 @@ std::string Engine::submit(GenerateRequest request, std::int64_t now_ns) {
   tokens.insert(tokens.end(), request.generated.begin(), request.generated.end());
   auto seq = std::make_unique<Sequence>(Sequence{request, std::move(tokens),
                                                  KvCache(model_.config(), prompt + request.max_tokens),
-                                                 Sampler(request.sampling), {}, generated, {}});
+                                                 Sampler(request.sampling), {}, generated, {}, {}});
   if (!request.sampler_state.empty() && !seq->sampler.set_state(request.sampler_state)) {
     policy_.finish(request.id);
     return "the sampler state of request " + std::to_string(request.id) + " is not one";
@@ -170,6 +171,30 @@ void Engine::cancel(std::uint64_t id) {
   sequences_.erase(id);
 }
 
+bool Engine::resync(std::uint64_t id, int position, int token) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end() || position < 0 || token < 0 || token >= model_.config().vocab) return false;
+  Sequence& seq = *it->second;
+  const int prompt = static_cast<int>(seq.request.prompt.size());
+  if (position >= seq.generated) {
+    if (position < seq.request.max_tokens) seq.agreed[position] = token;
+    return false;
+  }
+  const std::size_t at = static_cast<std::size_t>(prompt + position);
+  if (seq.tokens[at] == token) return false;
+  // From `position` on it diverged: the agreed token replaces its own, and
+  // what it made after it is made again.
+  seq.tokens.resize(at);
+  seq.tokens.push_back(token);
+  seq.generated = position + 1;
+  seq.text.clear();
+  for (std::size_t k = static_cast<std::size_t>(prompt); k < seq.tokens.size(); ++k) seq.text += tokenizer_.piece(seq.tokens[k]);
+  seq.cache.truncate(static_cast<int>(at));
+  policy_.rewind(id, static_cast<int>(at));
+  for (auto a = seq.agreed.begin(); a != seq.agreed.end();) a = a->first <= position ? seq.agreed.erase(a) : std::next(a);
+  return true;
+}
+
 std::vector<RequestTiming> Engine::take_timings() {
   std::vector<RequestTiming> out;
   out.swap(finished_);
@@ -196,7 +221,18 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
   for (std::size_t i = 0; i < plan.slots.size(); ++i) {
     if (!plan.slots[i].samples) continue;
     Sequence& seq = *seqs[i];
-    const SampledToken tok = seq.sampler.sample(&logits_[i * static_cast<std::size_t>(vocab)], vocab);
+    SampledToken tok = seq.sampler.sample(&logits_[i * static_cast<std::size_t>(vocab)], vocab);
+    if (tamper_) tamper_(seq.request.id, seq.generated, tok.id, tok.logprob);
+    if (auto a = seq.agreed.find(seq.generated); a != seq.agreed.end()) {
+      // Decided already: the agreed token, at its probability here.
+      const float* row = &logits_[i * static_cast<std::size_t>(vocab)];
+      double z = 0;
+      const float top = *std::max_element(row, row + vocab);
+      for (int v = 0; v < vocab; ++v) z += std::exp(static_cast<double>(row[v] - top));
+      tok.id = a->second;
+      tok.logprob = static_cast<double>(row[tok.id] - top) - std::log(z);
+      seq.agreed.erase(a);
+    }
     TokenEvent ev;
     ev.request = seq.request.id;
     ev.position = seq.generated;

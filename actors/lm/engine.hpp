@@ -70,6 +70,18 @@ class Engine {
   /// Token times are read from `clock` after each step's forward pass
   /// (without it, the `now_ns` the step is given).
   void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
+  /// Fault injection (tests, demos): called with each sampled token before
+  /// it is taken; it may replace the token and its log-probability (the
+  /// sequence goes on from what it leaves there, as a faulty replica would).
+  using Tamper = std::function<void(std::uint64_t request, int position, int& token, double& logprob)>;
+  void set_tamper(Tamper tamper) { tamper_ = std::move(tamper); }
+  /// The agreed token at `position` of request `id` (a decision fed back):
+  /// if it had generated another one there, it drops that token and all
+  /// after it, rewinds its KV cache and goes on from the agreed one (those
+  /// positions are generated, and emitted, again); if it has not reached
+  /// `position` yet, it takes the agreed token when it does. Returns true
+  /// when it replaced a token it had generated.
+  bool resync(std::uint64_t id, int position, int token);
   /// Whether request `id` is held (running or queued).
   bool holds(std::uint64_t id) const { return sequences_.count(id) != 0; }
   /// One decoding iteration; appends the tokens produced to `events`.
@@ -96,6 +108,7 @@ class Engine {
     std::string text;
     int generated = 0;
     RequestTiming timing;
+    std::map<int, int> agreed;  ///< position -> token, decisions ahead of it
   };
 
   const Model& model_;
@@ -106,6 +119,7 @@ class Engine {
   std::vector<int> batch_sizes_;
   std::vector<float> logits_;
   std::function<std::int64_t()> clock_;
+  Tamper tamper_;
 };
 
 }  // namespace swarmflow::lm

@@ -15,16 +15,20 @@
 ///   One envelope per prompt: stream = request id. Counter `expected`.
 /// lm.tokenize — input `in` (Prompt), output `out` (Prompt with `tokens`).
 ///   model (string). Counter `tokens`.
-/// lm.generate — input `in` (Prompt), output `out` (swarmflow.schema.Tokens).
+/// lm.generate — input `in` (Prompt), optional input `agreed` (Tokens: decisions
+///   fed back, docs/lm.md), output `out` (swarmflow.schema.Tokens).
 ///   model (string); batch.max_size, batch.max_wait_ms, batch.kv_budget_tokens,
-///   batch.prefill_chunk, batch.max_queue (lm/batch_policy.hpp).
+///   batch.prefill_chunk, batch.max_queue (lm/batch_policy.hpp); fault.replica,
+///   fault.lie_every, fault.lie_confidence, fault.slow_ms, fault.crash_every.
+///   A Prompt with `cancel` withdraws its request.
 ///   One envelope per generated token: Tokens{ids: [id], pieces: [text],
 ///   position, confidence: [p], logprobs: [log p], request_id, final,
 ///   finish_reason}; header stream = request id, seq = position, vote_key =
 ///   token id, confidence = p. A refused request gives one envelope with no
-///   token, final, finish_reason "refused: why". Counters: requests, refused,
-///   tokens, steps, batch_slots (sum of batch sizes over steps), ttft_us_sum,
-///   tpot_us_sum (sums over requests; divide by `requests`).
+///   token, final, finish_reason "refused: why" (or "cancelled"). Counters:
+///   requests, refused, cancelled, tokens, steps, batch_slots (sum of batch
+///   sizes over steps), ttft_us_sum, tpot_us_sum, resynced, lies, crashes;
+///   histograms ttft_ms, tpot_ms, batch_size.
 /// lm.detokenize — input `in` (Tokens), output `out` (swarmflow.schema.Completion).
 ///   Collects each request's pieces; at its final token emits its text.
 ///

@@ -1,9 +1,11 @@
 #include "lm/lm_stages.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -216,6 +218,9 @@ Status Tokenize::process(Inputs& in, Outputs& out, StageContext& ctx) {
 
 void Generate::setup(StageSpec& s) {
   in_ = s.input<schema::Prompt>("in", "generation requests (tokenized or not)");
+  agreed_ = s.optional_input<schema::Tokens>(
+      "agreed", "agreed tokens fed back from a voter (feedback: true): a replica that generated another token at "
+                "that position goes on from the agreed one");
   out_ = s.output<schema::Tokens>("out", "one envelope per generated token");
   s.param(model_path_, "model", "model file (.sflm)", kDefaultModel);
   s.param(max_size_, "batch.max_size", "requests decoded together in one step", 8, {1.0, 256.0});
@@ -226,6 +231,17 @@ void Generate::setup(StageSpec& s) {
   s.param(prefill_chunk_, "batch.prefill_chunk", "prompt tokens fed per step, all requests together", 64,
           {1.0, 65536.0});
   s.param(max_queue_, "batch.max_queue", "requests waiting at most; more are refused", 256, {0.0, 1e6});
+  s.param(fault_replica_, "fault.replica", "fault injection: the replica that misbehaves, -1 = every one", 0,
+          {-1.0, 1e6});
+  s.param(lie_every_, "fault.lie_every",
+          "fault injection: every k-th token it samples is replaced by another, with fault.lie_confidence; 0 = never",
+          0, {0.0, 1e9});
+  s.param(lie_confidence_, "fault.lie_confidence", "fault injection: the probability a lie claims", 0.99,
+          {0.0, 1.0});
+  s.param(slow_ms_, "fault.slow_ms", "fault injection: extra time each decoding step takes, ms", 0.0, {0.0, 60000.0});
+  s.param(crash_every_, "fault.crash_every",
+          "fault injection: every k-th decoding step fails (the stage restarts, losing its requests); 0 = never", 0,
+          {0.0, 1e9});
 }
 
 Status Generate::start(StageContext& ctx) {
@@ -241,6 +257,17 @@ Status Generate::start(StageContext& ctx) {
   engine_ = std::make_unique<Engine>(*model_, b);
   context_ = &ctx;
   engine_->set_clock([context = context_] { return context->now_ns(); });
+  faulty_ = fault_replica_ < 0 || fault_replica_ == ctx.replica();
+  steps_ = 0;
+  if (faulty_ && lie_every_ > 0) {
+    const int vocab = model_->config().vocab;
+    engine_->set_tamper([this, vocab, &ctx](std::uint64_t, int, int& token, double& logprob) {
+      if (++sampled_ % lie_every_ != 0) return;
+      token = (token + 1 + static_cast<int>(sampled_ % (vocab - 1))) % vocab;  // never the sampled one
+      logprob = std::log(std::max(lie_confidence_, 1e-9));
+      ctx.counter("lies").fetch_add(1, std::memory_order_relaxed);
+    });
+  }
   headers_.clear();
   return {};
 }
@@ -295,6 +322,18 @@ void Generate::keep_going(StageContext& ctx, std::int64_t wake_ns) {
 
 Status Generate::process(Inputs& in, Outputs& out, StageContext& ctx) {
   if (in.envelope() == nullptr) return step(out, ctx);
+  if (const schema::Tokens* agreed = in.get(agreed_)) {
+    // A decision fed back: a replica that diverged goes on from it.
+    const std::size_t n = agreed->ids() != nullptr ? agreed->ids()->size() : 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const int position = static_cast<int>(agreed->position() + k);
+      if (engine_->resync(agreed->request_id(), position, agreed->ids()->Get(static_cast<flatbuffers::uoffset_t>(k)))) {
+        ctx.counter("resynced").fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    keep_going(ctx, 0);
+    return {};
+  }
   const schema::Prompt* p = in.get(in_);
   if (p == nullptr) return Status::error("lm.generate: not a Prompt");
   const std::uint64_t id = p->request_id();
@@ -343,6 +382,11 @@ Status Generate::process(Inputs& in, Outputs& out, StageContext& ctx) {
 }
 
 Status Generate::step(Outputs& out, StageContext& ctx) {
+  if (faulty_ && crash_every_ > 0 && ++steps_ % crash_every_ == 0) {
+    ctx.counter("crashes").fetch_add(1, std::memory_order_relaxed);
+    return Status::error("lm.generate: fault.crash_every: step " + std::to_string(steps_) + " fails");
+  }
+  if (faulty_ && slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow_ms_));
   events_.clear();
   const std::int64_t wake = engine_->step(ctx.now_ns(), events_);
   if (wake == 0) {

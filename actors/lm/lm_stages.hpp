@@ -82,8 +82,18 @@ class Generate final : public Stage {
   void keep_going(StageContext& ctx, std::int64_t wake_ns);
 
   InputPort<schema::Prompt> in_;
+  InputPort<schema::Tokens> agreed_;
   OutputPort<schema::Tokens> out_;
   std::string model_path_;
+  /// Fault injection (docs/lm.md, "Faults"), on replica `fault_replica_` (-1: all).
+  std::int64_t fault_replica_ = 0;
+  std::int64_t lie_every_ = 0;
+  double lie_confidence_ = 0.99;
+  double slow_ms_ = 0;
+  std::int64_t crash_every_ = 0;
+  bool faulty_ = false;
+  std::int64_t sampled_ = 0;  ///< tokens this replica sampled, for lie_every
+  std::int64_t steps_ = 0;    ///< steps this instance ran, for crash_every
   std::int64_t max_size_ = 8;
   double max_wait_ms_ = 0;
   std::int64_t kv_budget_ = 4096;

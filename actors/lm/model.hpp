@@ -42,6 +42,8 @@ class KvCache {
   /// Tokens already in the cache (the position of the next one).
   int length() const { return length_; }
   void clear() { length_ = 0; }
+  /// Forgets every token from position `length` on (they are fed again).
+  void truncate(int length) { length_ = length < length_ ? (length > 0 ? length : 0) : length_; }
 
  private:
   friend class Model;

@@ -1,5 +1,7 @@
 // Continuous batching must not change what a request generates.
+#include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -158,5 +160,90 @@ TEST_F(LmEngine, RefusesWhatCanNeverFitAndFreesTheCacheOnCancel) {
   EXPECT_TRUE(engine.idle());
 }
 
+/// Steps until idle; the last token emitted at each position, per request.
+std::map<std::uint64_t, std::vector<int>> latest(Engine& e, std::vector<TokenEvent>* all = nullptr) {
+  std::map<std::uint64_t, std::vector<int>> r;
+  std::vector<TokenEvent> ev;
+  for (int guard = 0; !e.idle() && guard < 10000; ++guard) {
+    ev.clear();
+    e.step(0, ev);
+    for (const auto& t : ev) {
+      auto& v = r[t.request];
+      if (static_cast<int>(v.size()) <= t.position) v.resize(static_cast<std::size_t>(t.position) + 1, -1);
+      v[static_cast<std::size_t>(t.position)] = t.token;
+      if (all) all->push_back(t);
+    }
+  }
+  return r;
+}
+
+TEST_F(LmEngine, AReplicaThatLiesDivergesAndAgreedTokensFedBackBringItBack) {
+  BatchSettings b;
+  Engine honest(*model_, b);
+  ASSERT_EQ(honest.submit(request(1, kPrompts[0]), 0), "");
+  const auto truth = latest(honest);
+  ASSERT_EQ(truth.at(1).size(), 24u);
+
+  // Every 5th token it samples is another one, and it goes on from it.
+  int lies = 0;
+  auto liar_engine = [&] {
+    auto e = std::make_unique<Engine>(*model_, b);
+    e->set_tamper([&lies, n = 0](std::uint64_t, int, int& token, double& logprob) mutable {
+      if (++n % 5 == 0) {
+        token = (token + 3) % 257;
+        logprob = std::log(0.99);
+        ++lies;
+      }
+    });
+    return e;
+  };
+  auto alone = liar_engine();
+  ASSERT_EQ(alone->submit(request(1, kPrompts[0]), 0), "");
+  EXPECT_NE(latest(*alone).at(1), truth.at(1));  // left alone it ends elsewhere
+  EXPECT_GT(lies, 0);
+
+  // Fed each agreed token as the honest replica makes it, a step behind, it
+  // replaces what it got wrong and ends with the agreed text.
+  auto liar = liar_engine();
+  Engine reference(*model_, b);
+  ASSERT_EQ(liar->submit(request(1, kPrompts[0]), 0), "");
+  ASSERT_EQ(reference.submit(request(1, kPrompts[0]), 0), "");
+  std::map<std::uint64_t, std::vector<int>> got;
+  std::vector<TokenEvent> ev;
+  int replaced = 0;
+  for (int guard = 0; !liar->idle() && guard < 10000; ++guard) {
+    ev.clear();
+    liar->step(0, ev);
+    for (const auto& t : ev) {
+      auto& v = got[t.request];
+      if (static_cast<int>(v.size()) <= t.position) v.resize(static_cast<std::size_t>(t.position) + 1, -1);
+      v[static_cast<std::size_t>(t.position)] = t.token;
+    }
+    ev.clear();
+    reference.step(0, ev);
+    for (const auto& t : ev) {
+      if (liar->resync(t.request, t.position, t.token)) {
+        ++replaced;
+        got[t.request][static_cast<std::size_t>(t.position)] = t.token;  // the decision stands there
+      }
+    }
+  }
+  EXPECT_EQ(got.at(1), truth.at(1));
+  EXPECT_GT(replaced, 0);
+}
+
+TEST_F(LmEngine, AnAgreedTokenAheadOfAReplicaIsTakenWhenItGetsThere) {
+  BatchSettings b;
+  Engine e(*model_, b);
+  ASSERT_EQ(e.submit(request(1, kPrompts[1]), 0), "");
+  EXPECT_FALSE(e.resync(1, 3, 'Z'));  // not there yet
+  EXPECT_FALSE(e.resync(2, 0, 'Z'));  // no such request
+  std::vector<TokenEvent> all;
+  const auto tokens = latest(e, &all);
+  EXPECT_EQ(tokens.at(1)[3], 'Z');
+  for (const auto& t : all) {
+    if (t.position == 3) EXPECT_LT(t.logprob, 0.0);  // its probability under the model, not 1
+  }
+}
 }  // namespace
 }  // namespace swarmflow::lm

@@ -240,6 +240,54 @@ TEST_F(LmStages, ACancelledRequestEndsAtOnceAndFreesItsCache) {
   EXPECT_EQ(gen.output("out").size(), before);
 }
 
+TEST_F(LmStages, FaultInjectionMakesTheChosenReplicaLieOrFail) {
+  StageRunner honest(registry_, "lm.generate");
+  ASSERT_TRUE(honest.set("model", kModel).ok());
+  ASSERT_TRUE(honest.start().ok());
+  ASSERT_TRUE(honest.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  ASSERT_TRUE(honest.run_deferred().ok());
+
+  StageRunner liar(registry_, "lm.generate");
+  ASSERT_TRUE(liar.set("model", kModel).ok());
+  ASSERT_TRUE(liar.set("fault.lie_every", std::int64_t{4}).ok());
+  ASSERT_TRUE(liar.start().ok());  // replica 0: fault.replica's default
+  ASSERT_TRUE(liar.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  ASSERT_TRUE(liar.run_deferred().ok());
+  EXPECT_EQ(liar.counter_value("lies"), 5);
+  const auto& lies = liar.output("out");
+  ASSERT_EQ(lies.size(), 20u);
+  EXPECT_FLOAT_EQ(lies[3].header().confidence, 0.99F);  // the 4th token, confidently wrong
+  EXPECT_NE(lies[3].header().vote_key, honest.output("out")[3].header().vote_key);
+  EXPECT_EQ(lies[2].header().vote_key, honest.output("out")[2].header().vote_key);
+
+  // Fed the honest tokens back on `agreed`, it goes on from them.
+  StageRunner fixed(registry_, "lm.generate");
+  ASSERT_TRUE(fixed.set("model", kModel).ok());
+  ASSERT_TRUE(fixed.set("fault.lie_every", std::int64_t{4}).ok());
+  ASSERT_TRUE(fixed.start().ok());
+  ASSERT_TRUE(fixed.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  for (const auto& e : honest.output("out")) ASSERT_TRUE(fixed.feed("agreed", e).ok());
+  ASSERT_TRUE(fixed.run_deferred().ok());
+  EXPECT_EQ(by_request(fixed.output("out")), by_request(honest.output("out")));
+
+  StageRunner other(registry_, "lm.generate");
+  ASSERT_TRUE(other.set("model", kModel).ok());
+  ASSERT_TRUE(other.set("fault.lie_every", std::int64_t{4}).ok());
+  ASSERT_TRUE(other.set("fault.replica", std::int64_t{1}).ok());
+  ASSERT_TRUE(other.start().ok());  // replica 0 is not the faulty one
+  ASSERT_TRUE(other.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  ASSERT_TRUE(other.run_deferred().ok());
+  EXPECT_EQ(other.counter_value("lies"), 0);
+
+  StageRunner crashing(registry_, "lm.generate");
+  ASSERT_TRUE(crashing.set("model", kModel).ok());
+  ASSERT_TRUE(crashing.set("fault.crash_every", std::int64_t{3}).ok());
+  ASSERT_TRUE(crashing.start().ok());
+  ASSERT_TRUE(crashing.feed("in", prompt(1, kPrompts[0], 20)).ok());
+  EXPECT_TRUE(crashing.run_deferred().is_error());
+  EXPECT_EQ(crashing.counter_value("crashes"), 1);
+}
+
 TEST_F(LmStages, PromptsReadsTextAndJsonLines) {
   const std::string path = ::testing::TempDir() + "lm_prompts.txt";
   {
