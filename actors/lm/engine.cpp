@@ -252,6 +252,10 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
         ev.finish_reason = "stop";
       }
     }
+    if (!ev.final && tok.id == model_.config().eos) {
+      ev.final = true;
+      ev.finish_reason = "stop";
+    }
     if (!ev.final && seq.generated >= seq.request.max_tokens) {
       ev.final = true;
       ev.finish_reason = static_cast<int>(seq.tokens.size()) >= model_.config().max_seq_len ? "context" : "length";

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -189,6 +190,21 @@ Status Model::load(const std::string& path, Model& out) {
   if (!in) return Status::error(fail(path, "cannot be opened"));
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return Status::error(fail(path, "cannot be read"));
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kMagic, 4) != 0 && bytes.size() >= 28) {
+    // Not ours: a llama2.c checkpoint, with its tokenizer.bin beside it?
+    std::int32_t dim = 0;
+    std::memcpy(&dim, bytes.data(), 4);
+    if (dim > 0 && dim <= 65536) {
+      const std::string tok = (std::filesystem::path(path).parent_path() / "tokenizer.bin").string();
+      std::ifstream t(tok, std::ios::binary);
+      if (!t) {
+        return Status::error(fail(path, "not a swarmflow model (no 'SFLM' magic); read as a llama2.c checkpoint, "
+                                        "its tokenizer " + tok + " cannot be opened"));
+      }
+      std::vector<std::uint8_t> tokenizer((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+      return parse_llama2c(path, bytes, tokenizer, out);
+    }
+  }
   return parse(path, std::move(bytes), out);
 }
 
@@ -302,6 +318,14 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
   m.final_norm_ = next(d);
   m.output_ = c.tied_embeddings ? m.embedding_ : next(c.vocab * d);
 
+  m.make_rope();
+  out = std::move(m);
+  return {};
+}
+
+void Model::make_rope() {
+  const ModelConfig& c = config_;
+  Model& m = *this;
   const int half = c.head_dim() / 2;
   m.rope_cos_.resize(static_cast<std::size_t>(c.max_seq_len) * half);
   m.rope_sin_.resize(m.rope_cos_.size());
@@ -313,6 +337,93 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
       m.rope_sin_[static_cast<std::size_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
     }
   }
+}
+
+Status Model::parse_llama2c(const std::string& name, const std::vector<std::uint8_t>& bytes,
+                            const std::vector<std::uint8_t>& tokenizer, Model& out) {
+  constexpr std::size_t kHeader = 7 * 4;
+  if (bytes.size() < kHeader) return Status::error(fail(name, "truncated: shorter than a llama2.c header"));
+  std::int32_t f[7];
+  std::memcpy(f, bytes.data(), sizeof f);
+  ModelConfig c;
+  c.dim = f[0];
+  c.hidden = f[1];
+  c.layers = f[2];
+  c.heads = f[3];
+  c.kv_heads = f[4];
+  c.tied_embeddings = f[5] > 0;
+  c.vocab = f[5] > 0 ? f[5] : -f[5];
+  c.max_seq_len = f[6];
+  c.bos = 1;  // llama2.c: <s> = 1, </s> = 2
+  c.eos = 2;
+  for (std::int32_t v : {c.dim, c.hidden, c.layers, c.heads, c.kv_heads, c.vocab, c.max_seq_len}) {
+    if (v <= 0 || static_cast<std::uint32_t>(v) > kMaxSize) {
+      return Status::error(fail(name, "not a swarmflow model (no 'SFLM' magic) and not a llama2.c checkpoint "
+                                      "(implausible sizes in its header)"));
+    }
+  }
+  if (c.dim % c.heads != 0 || c.heads % c.kv_heads != 0 || c.head_dim() % 2 != 0 || c.vocab < 3) {
+    return Status::error(fail(name, "llama2.c checkpoint with inconsistent hyperparameters"));
+  }
+  const std::int64_t d = c.dim, h = c.hidden, kv = c.kv_dim(), L = c.layers, V = c.vocab;
+  const std::int64_t rope = static_cast<std::int64_t>(c.max_seq_len) * c.head_dim();  // freq_cis real + imag
+  const std::int64_t floats =
+      V * d + L * (2 * d + 2 * d * d + 2 * kv * d + 3 * d * h) + d + rope + (c.tied_embeddings ? 0 : V * d);
+  const std::uint64_t expected = kHeader + static_cast<std::uint64_t>(floats) * 4;
+  if (bytes.size() != expected) {
+    return Status::error(fail(name, "llama2.c checkpoint of " + std::to_string(bytes.size()) +
+                                        " bytes; its header (dim " + std::to_string(c.dim) + ", layers " +
+                                        std::to_string(c.layers) + ", vocab " + std::to_string(c.vocab) +
+                                        ") needs " + std::to_string(expected) + ": truncated or not one"));
+  }
+  // tokenizer.bin: i32 max token length, then per token f32 score, i32 length, bytes.
+  std::vector<std::string> pieces;
+  std::size_t at = 4;
+  for (int i = 0; i < c.vocab; ++i) {
+    std::int32_t n = 0;
+    if (tokenizer.size() < at + 8) return Status::error(fail(name, "its tokenizer.bin is truncated or too small for the vocabulary"));
+    std::memcpy(&n, tokenizer.data() + at + 4, 4);
+    at += 8;
+    if (n < 0 || n > 1024 || tokenizer.size() < at + static_cast<std::size_t>(n)) {
+      return Status::error(fail(name, "its tokenizer.bin is corrupt at token " + std::to_string(i)));
+    }
+    std::string piece(reinterpret_cast<const char*>(tokenizer.data() + at), static_cast<std::size_t>(n));
+    at += static_cast<std::size_t>(n);
+    // Byte tokens <0xHH> are that byte; <unk>, <s>, </s> have no text.
+    if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') {
+      piece = std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    } else if (i < 3) {
+      piece.clear();
+    }
+    pieces.push_back(std::move(piece));
+  }
+  Model m;
+  m.config_ = c;
+  m.pieces_ = std::move(pieces);
+  m.weights_.resize(static_cast<std::size_t>(floats));
+  std::memcpy(m.weights_.data(), bytes.data() + kHeader, static_cast<std::size_t>(floats) * 4);
+  // Grouped by kind across the layers, not layer by layer.
+  const float* p = m.weights_.data();
+  auto next = [&p](std::int64_t n) {
+    const float* at = p;
+    p += n;
+    return at;
+  };
+  m.embedding_ = next(V * d);
+  m.layers_.resize(static_cast<std::size_t>(L));
+  for (auto& l : m.layers_) l.attn_norm = next(d);
+  for (auto& l : m.layers_) l.wq = next(d * d);
+  for (auto& l : m.layers_) l.wk = next(kv * d);
+  for (auto& l : m.layers_) l.wv = next(kv * d);
+  for (auto& l : m.layers_) l.wo = next(d * d);
+  for (auto& l : m.layers_) l.ffn_norm = next(d);
+  for (auto& l : m.layers_) l.w1 = next(h * d);
+  for (auto& l : m.layers_) l.w2 = next(d * h);
+  for (auto& l : m.layers_) l.w3 = next(h * d);
+  m.final_norm_ = next(d);
+  next(rope);  // its own RoPE tables: computed here the same way (theta 10000)
+  m.output_ = c.tied_embeddings ? m.embedding_ : next(V * d);
+  m.make_rope();
   out = std::move(m);
   return {};
 }

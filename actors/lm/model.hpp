@@ -24,6 +24,7 @@ struct ModelConfig {
   int max_seq_len = 0;
   bool tied_embeddings = true;
   int bos = 0;
+  int eos = -1;  ///< a token that ends generation (llama2.c models: 2), -1 = none
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
 
@@ -73,6 +74,10 @@ class Model {
   static Status load(const std::string& path, Model& out);
   /// The same from bytes already in memory; `name` is used in messages.
   static Status parse(const std::string& name, std::vector<std::uint8_t> bytes, Model& out);
+  /// A checkpoint in llama2.c's format (docs/lm.md, "Your own model"):
+  /// `bytes` of the checkpoint, `tokenizer` of its tokenizer.bin.
+  static Status parse_llama2c(const std::string& name, const std::vector<std::uint8_t>& bytes,
+                              const std::vector<std::uint8_t>& tokenizer, Model& out);
 
   const ModelConfig& config() const { return config_; }
   /// Byte string of each token id (the tokenizer's vocabulary).
@@ -107,6 +112,8 @@ class Model {
   const float* final_norm_ = nullptr;
   const float* output_ = nullptr;
   std::vector<Layer> layers_;
+  /// Fills rope_cos_ / rope_sin_ from the config.
+  void make_rope();
   std::vector<float> rope_cos_;  // [position][head_dim / 2]
   std::vector<float> rope_sin_;
 };

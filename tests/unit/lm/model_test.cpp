@@ -2,6 +2,7 @@
 // reference written by scripts/train_lm.py.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -233,6 +234,93 @@ TEST(LmModelFile, LoadsAnIntactCopy) {
   Model m;
   const Status s = Model::parse("copy.sflm", read_bytes(kModel), m);
   EXPECT_TRUE(s.ok()) << s.message();
+}
+
+/// The shipped model rewritten in llama2.c's checkpoint format (weights
+/// grouped by kind, RoPE tables after the final norm) with a tokenizer.bin
+/// whose piece for 'A' is llama2.c's byte token "<0x41>".
+void write_llama2c(const std::string& dir, std::size_t truncate = 0) {
+  const std::vector<std::uint8_t> b = read_bytes(kModel);
+  auto u32 = [&b](std::size_t at) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, b.data() + at, 4);
+    return v;
+  };
+  const int dim = static_cast<int>(u32(8)), layers = static_cast<int>(u32(12)), heads = static_cast<int>(u32(16)),
+            kv_heads = static_cast<int>(u32(20)), hidden = static_cast<int>(u32(24)), vocab = static_cast<int>(u32(28)),
+            seq = static_cast<int>(u32(32));
+  std::size_t at = 52;
+  const std::size_t tokenizer_end = at + 4 + u32(at);
+  at += 4;
+  std::vector<std::string> pieces;
+  while (at < tokenizer_end) {
+    const std::uint32_t n = u32(at);
+    pieces.emplace_back(reinterpret_cast<const char*>(b.data() + at + 4), n);
+    at += 4 + n;
+  }
+  at += 8;  // u64 weight bytes
+  const float* w = reinterpret_cast<const float*>(b.data() + at);
+  const std::int64_t d = dim, h = hidden, kv = kv_heads * (dim / heads);
+  const std::int64_t sizes[9] = {d, d * d, kv * d, kv * d, d * d, d, h * d, d * h, h * d};
+  const std::int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
+  std::vector<float> out(w, w + vocab * d);  // embedding
+  for (int kind = 0; kind < 9; ++kind) {
+    std::int64_t offset = 0;
+    for (int k = 0; k < kind; ++k) offset += sizes[k];
+    for (int l = 0; l < layers; ++l) {
+      const float* from = w + vocab * d + l * per_layer + offset;
+      out.insert(out.end(), from, from + sizes[kind]);
+    }
+  }
+  const float* final_norm = w + vocab * d + layers * per_layer;
+  out.insert(out.end(), final_norm, final_norm + d);
+  out.resize(out.size() + static_cast<std::size_t>(seq) * (dim / heads), 0.0F);  // freq_cis, unused
+  std::ofstream ck(dir + "/model.bin", std::ios::binary);
+  const std::int32_t header[7] = {dim, hidden, layers, heads, kv_heads, vocab, seq};  // vocab > 0: tied
+  ck.write(reinterpret_cast<const char*>(header), sizeof header);
+  ck.write(reinterpret_cast<const char*>(out.data()),
+           static_cast<std::streamsize>(out.size() * 4 - truncate));
+  std::ofstream tok(dir + "/tokenizer.bin", std::ios::binary);
+  const std::int32_t max_len = 8;
+  tok.write(reinterpret_cast<const char*>(&max_len), 4);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::string piece = i == 'A' ? "<0x41>" : pieces[i];
+    const float score = 0;
+    const auto n = static_cast<std::int32_t>(piece.size());
+    tok.write(reinterpret_cast<const char*>(&score), 4);
+    tok.write(reinterpret_cast<const char*>(&n), 4);
+    tok.write(piece.data(), n);
+  }
+}
+
+TEST(LmModelFile, ALlama2cCheckpointGivesTheLogitsOfTheSameWeightsInOurFormat) {
+  const std::string dir = ::testing::TempDir() + "llama2c";
+  std::filesystem::create_directories(dir);
+  write_llama2c(dir);
+  Model ours, theirs;
+  ASSERT_TRUE(Model::load(kModel, ours).ok());
+  const Status s = Model::load(dir + "/model.bin", theirs);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(theirs.config().dim, ours.config().dim);
+  EXPECT_EQ(theirs.config().eos, 2);
+  EXPECT_EQ(theirs.pieces()['A'], "A");  // from <0x41>
+  EXPECT_EQ(theirs.pieces()['B'], "B");
+  const std::vector<int> ids = {256, 'D', 'O', 'G', ',', ' ', 'n', '.'};
+  std::vector<float> a, b;
+  KvCache ca(ours.config(), 8), cb(theirs.config(), 8);
+  ours.forward({ForwardItem{&ca, ids.data(), 8, true}}, a);
+  theirs.forward({ForwardItem{&cb, ids.data(), 8, true}}, b);
+  EXPECT_EQ(a, b);
+
+  // A checkpoint cut short, or without its tokenizer, is refused with the reason.
+  write_llama2c(dir, 4);
+  Status cut = Model::load(dir + "/model.bin", theirs);
+  ASSERT_TRUE(cut.is_error());
+  EXPECT_NE(cut.message().find("llama2.c checkpoint of"), std::string::npos) << cut.message();
+  std::filesystem::remove(dir + "/tokenizer.bin");
+  Status alone = Model::load(dir + "/model.bin", theirs);
+  ASSERT_TRUE(alone.is_error());
+  EXPECT_NE(alone.message().find("tokenizer"), std::string::npos) << alone.message();
 }
 
 }  // namespace
