@@ -302,8 +302,9 @@ class StageContext {
   /// before then are processed first, so each call sees all of them. The
   /// call waits while the stage's outputs have no credit. A replica with
   /// work in hand does not finish at the end of its inputs: the stage calls
-  /// defer_until again until its work is done. The earliest of several
-  /// requests counts; a restarted stage has none.
+  /// defer_until again until its work is done. The last call in a step
+  /// stands (a step that does not call it leaves the time asked for before);
+  /// `defer_until(0)` cancels; a restarted stage has none.
   virtual void defer_until(std::int64_t t_ns) = 0;
   /// Marks a source as live: it produces on its own clock (a camera), so when
   /// flow control has no credit its envelopes are dropped and counted rather

@@ -729,6 +729,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
 
 Status ReplicaCore::call_process() {
   Status s;
+  defer_called_ = false;
   try {
     s = stage_->process(inputs_, outputs_, *this);
   } catch (const std::exception& ex) {
@@ -1126,9 +1127,11 @@ void ReplicaCore::snapshot_stored(std::uint64_t id) {
 // finish, even once its inputs have ended.
 
 void ReplicaCore::take_wake_request() {
-  if (defer_until_ <= 0) return;
-  wake_at_ = wake_at_ > 0 ? std::min(wake_at_, defer_until_) : defer_until_;
+  if (!defer_called_) return;
+  // The last call of the step stands; 0 (or less) cancels.
+  wake_at_ = std::max<std::int64_t>(defer_until_, 0);
   defer_until_ = 0;
+  defer_called_ = false;
 }
 
 void ReplicaCore::schedule_wake() {

@@ -176,7 +176,10 @@ class ReplicaCore final : public StageContext {
     return setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
   }
   bool stop_requested() const override;
-  void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
+  void defer_until(std::int64_t t_ns) override {
+    defer_until_ = t_ns;
+    defer_called_ = true;
+  }
   void set_live(bool live) override { live_ = live; }
   std::atomic<std::int64_t>& counter(std::string_view name) override { return setup_.stats->counter(name); }
 
@@ -375,6 +378,7 @@ class ReplicaCore final : public StageContext {
   bool backoff_ = false;
   bool pull_scheduled_ = false;
   std::int64_t defer_until_ = 0;
+  bool defer_called_ = false;           ///< defer_until was called in the step under way
   std::int64_t wake_at_ = 0;            ///< a non-source's requested call, 0 = none
   std::int64_t wake_scheduled_at_ = 0;  ///< the kWake tick asked for, 0 = none
   int attempts_ = 0;

@@ -137,6 +137,26 @@ class Holder final : public Stage {
   std::vector<Envelope> held_;
 };
 
+/// Asks to be called back at `seq` ms from now for each input (0: cancels).
+class Asker final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+  }
+  Status process(Inputs& in, Outputs&, StageContext& ctx) override {
+    if (const Envelope* e = in.envelope(in_)) {
+      const auto ms = static_cast<std::int64_t>(e->header().seq);
+      ctx.defer_until(ms == 0 ? 0 : ctx.now_ns() + ms * kMs);
+    }
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -206,6 +226,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
     EXPECT_TRUE(registry.add<Holder>("test.holder", "passes on what it holds in steps of its own").ok());
+    EXPECT_TRUE(registry.add<Asker>("test.asker", "asks to be called back").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
@@ -430,6 +451,24 @@ TEST(ReplicaCore, AStageWithWorkInHandFinishesItBeforeItsEndOfStreamPassesOn) {
   EXPECT_TRUE(h.core->has_finished());
   ASSERT_EQ(h.effects.eos.size(), 1U);
   EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
+}
+
+TEST(ReplicaCore, TheLastCallBackAStepAsksForStandsAndZeroCancelsIt) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.asker, inputs: {in: src/out}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  h.core->deliver(in, 0, blob(30));
+  EXPECT_EQ(h.core->wake_at(), g_now + 30 * kMs);
+  h.core->deliver(in, 0, blob(50));  // later: it stands
+  EXPECT_EQ(h.core->wake_at(), g_now + 50 * kMs);
+  h.core->deliver(in, 0, blob(0));  // cancels
+  EXPECT_EQ(h.core->wake_at(), 0);
+  h.core->end_of_stream(in, 0);
+  EXPECT_TRUE(h.core->has_finished());  // nothing in hand
 }
 
 TEST(ReplicaCore, AFailingEnvelopeIsRetriedWithDoublingBackoffThenDeadLettered) {
