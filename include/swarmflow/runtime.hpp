@@ -43,6 +43,11 @@ struct RuntimeOptions {
   /// while other threads may already be allocating. False leaves the C
   /// library's allocator as the application set it.
   bool tune_allocator = true;
+  /// A unit process sends its figures (counters, histograms, queue depths)
+  /// to the coordinator this often, in ms, so that the coordinator's
+  /// progress line, report, metrics, `swarmflow top` and web view show them
+  /// live; 0 sends them only at the end (UnitDone).
+  int figures_ms = 500;
 };
 
 /// Makes a CURVE key pair for a unit (or the coordinator) and writes it to

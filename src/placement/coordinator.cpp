@@ -202,6 +202,9 @@ struct State {
         }
         break;
       }
+      case schema::ControlBody::UnitFigures:
+        if (!done[i]) effects().merge_unit_figures(u, *c.body_as_UnitFigures());
+        break;
       case schema::ControlBody::LoadReport:
         effects().record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
         break;
@@ -359,6 +362,7 @@ struct State {
       const auto it = snapshots.find(m);
       if (it != snapshots.end() && it->second) {
         send(static_cast<std::size_t>(to), runtime::encode_restore(epoch, m.first, m.second, *it->second));
+        effects().carried_over(m.first, m.second, to);
       }
     }
     effects().apply_placement(plan.unit_of, epoch, snapshots);

@@ -64,6 +64,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::vector<std::unique_ptr<caf::actor_system_config>> caf_configs;
   std::vector<std::unique_ptr<caf::actor_system>> systems;
   std::vector<caf::actor> unit_actors;  ///< one per unit hosted here
+  /// What the unit processes said of their figures (the coordinator actor's thread only).
+  runtime::LiveFigures live_figures;
   int instance = 0;
   bool started = false;
   bool waited = false;
@@ -434,7 +436,13 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     }
   }
   void record_load(int unit, double utilisation) override { run->record_load(unit, utilisation); }
-  void merge_unit_done(int unit, const schema::UnitDone& done) override { runtime::merge_unit_done(*run, unit, done); }
+  void merge_unit_done(int unit, const schema::UnitDone& done) override {
+    runtime::merge_unit_done(*run, live_figures, unit, done);
+  }
+  void merge_unit_figures(int unit, const schema::UnitFigures& figures) override {
+    runtime::merge_unit_figures(*run, live_figures, unit, figures);
+  }
+  void carried_over(int node, int replica, int unit) override { live_figures.carried_over(node, replica, unit); }
   void replicas_finished(int count) override { run->replica_finished(count); }
   void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) override {
     run->record_failover(std::move(failover), detected_ns, planned_ns);
@@ -731,7 +739,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
       unit_actors.push_back(runtime::spawn_unit_actor(*systems[u], run, static_cast<int>(u), thread_count(u),
-                                                     !options.coordinator));
+                                                     !options.coordinator, options.figures_ms));
     }
   }
 
