@@ -77,6 +77,7 @@ struct UnitReport {
   std::uint64_t refused_handshakes = 0;  ///< peers refused by CURVE/ZAP (plaintext, wrong or unknown key)
   std::uint64_t load_reports = 0;        ///< load reports the coordinator received from it
   double utilisation = 0;                ///< busy fraction of its worker threads in the last report
+  double speed = 1;                      ///< its speed factor now (`speed:`, changed by `scenario:`)
   std::map<std::string, std::uint64_t> rejected_by_reason;
 };
 

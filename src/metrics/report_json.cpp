@@ -76,6 +76,7 @@ Json unit_json(const UnitReport& u) {
   j["refused_handshakes"] = u.refused_handshakes;
   j["load_reports"] = u.load_reports;
   j["utilisation"] = u.utilisation;
+  j["speed"] = u.speed;
   Json reasons = Json::object();
   for (const auto& [reason, n] : u.rejected_by_reason) reasons[reason] = n;
   j["rejected_by_reason"] = std::move(reasons);

@@ -69,6 +69,7 @@ RunReport build_report(const RunState& run) {
     const UnitLoad load = run.load(static_cast<int>(u));
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
+    if (u < run.unit_speed.size() && run.unit_speed[u]) unit.speed = run.unit_speed[u]->load(std::memory_order_relaxed);
     if (u < run.transports.size() && run.transports[u]) {
       const auto& c = run.transports[u]->counters();
       unit.sent = c.sent.load();
