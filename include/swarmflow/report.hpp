@@ -78,6 +78,14 @@ struct UnitReport {
   std::uint64_t load_reports = 0;        ///< load reports the coordinator received from it
   double utilisation = 0;                ///< busy fraction of its worker threads in the last report
   double speed = 1;                      ///< its speed factor now (`speed:`, changed by `scenario:`)
+  /// Its process's steady clock against the coordinator's (the
+  /// coordinator's minus its own), as heartbeats measured it, in ms, and
+  /// how far off that may be (half the round trip it was measured with).
+  /// Times from its process (capture, hops) are corrected by it. 0 for the
+  /// coordinator's own units; `clock_known` false while not measured.
+  bool clock_known = false;
+  double clock_offset_ms = 0;
+  double clock_error_ms = 0;
   std::map<std::string, std::uint64_t> rejected_by_reason;
 };
 

@@ -165,6 +165,15 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                   "    several replicas and finish out of order. Use `key: stream` to keep each stream's order.\n",
                   s.id.c_str(), stages.c_str(), parallel.size() == 1 ? "has" : "have");
   }
+  std::string clocks;
+  for (const auto& u : r.units) {
+    if (!u.clock_known || (u.clock_offset_ms == 0 && u.clock_error_ms == 0)) continue;
+    clocks += format("%s%s %+.3f ms (+-%.3f)", clocks.empty() ? "" : ", ", u.id.c_str(), u.clock_offset_ms,
+                     u.clock_error_ms);
+  }
+  if (!clocks.empty()) {
+    out += "\n  clock offsets against the coordinator (corrected in capture and hop times): " + clocks + "\n";
+  }
   if (!r.failovers.empty()) {
     std::uint64_t replayed = 0;
     for (const auto& e : r.edges) replayed += e.replayed;

@@ -148,6 +148,16 @@ std::string to_prometheus(const RunReport& r) {
 
   w.family("swarmflow_unit_utilization", "gauge", "Busy fraction of a unit's worker threads in its last load report.");
   for (const auto& u : r.units) w.sample("swarmflow_unit_utilization", {{"unit", u.id}}, u.utilisation);
+  w.family("swarmflow_unit_clock_offset_seconds", "gauge",
+           "The coordinator's steady clock minus that of a unit's process, as heartbeats measured it.");
+  for (const auto& u : r.units) {
+    if (u.clock_known) w.sample("swarmflow_unit_clock_offset_seconds", {{"unit", u.id}}, u.clock_offset_ms / 1e3);
+  }
+  w.family("swarmflow_unit_clock_error_seconds", "gauge",
+           "How far off a unit's clock offset may be: half the round trip it was measured with.");
+  for (const auto& u : r.units) {
+    if (u.clock_known) w.sample("swarmflow_unit_clock_error_seconds", {{"unit", u.id}}, u.clock_error_ms / 1e3);
+  }
   w.family("swarmflow_unit_replicas", "gauge", "Replicas a unit hosts by the placement in force.");
   for (const auto& u : r.units) w.sample("swarmflow_unit_replicas", {{"unit", u.id}}, static_cast<std::uint64_t>(u.replicas));
   w.family("swarmflow_transport_rejected_total", "counter",

@@ -77,6 +77,8 @@ Json unit_json(const UnitReport& u) {
   j["load_reports"] = u.load_reports;
   j["utilisation"] = u.utilisation;
   j["speed"] = u.speed;
+  j["clock_offset_ms"] = u.clock_known ? Json(u.clock_offset_ms) : Json(nullptr);
+  j["clock_error_ms"] = u.clock_known ? Json(u.clock_error_ms) : Json(nullptr);
   Json reasons = Json::object();
   for (const auto& [reason, n] : u.rejected_by_reason) reasons[reason] = n;
   j["rejected_by_reason"] = std::move(reasons);

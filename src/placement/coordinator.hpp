@@ -65,6 +65,9 @@ struct CoordinatorEffects {
   /// Replica (node, replica) placed on unit process `unit` starts from a
   /// snapshot: its counters carry those of its earlier hosts.
   virtual void carried_over(int /*node*/, int /*replica*/, int /*unit*/) {}
+  /// Unit process `unit` measured its clock: the coordinator's minus its
+  /// own is `offset_ns`, within +- `delay_ns` / 2.
+  virtual void record_clock(int /*unit*/, std::int64_t /*offset_ns*/, std::int64_t /*delay_ns*/) {}
   /// `count` replicas have finished (their unit's UnitDone), or were lost.
   virtual void replicas_finished(int count) = 0;
   virtual void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) = 0;

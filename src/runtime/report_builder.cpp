@@ -70,6 +70,12 @@ RunReport build_report(const RunState& run) {
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
     if (u < run.unit_speed.size() && run.unit_speed[u]) unit.speed = run.unit_speed[u]->load(std::memory_order_relaxed);
+    if (u < run.clock_delay_ns.size()) {
+      const std::int64_t delay = run.clock_delay_ns[u]->load(std::memory_order_relaxed);
+      unit.clock_known = delay >= 0;
+      unit.clock_offset_ms = unit.clock_known ? static_cast<double>(run.clock_offset_ns[u]->load()) / 1e6 : 0.0;
+      unit.clock_error_ms = unit.clock_known ? static_cast<double>(delay) / 2e6 : 0.0;
+    }
     if (u < run.transports.size() && run.transports[u]) {
       const auto& c = run.transports[u]->counters();
       unit.sent = c.sent.load();

@@ -249,6 +249,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     table->unit_of = placement::place_static(run->spec);
     run->publish(std::move(table));
     for (const auto& u : run->spec.units) run->unit_speed.push_back(std::make_unique<std::atomic<double>>(u.speed));
+    for (std::size_t u = 0; u < run->spec.units.size(); ++u) {
+      run->clock_offset_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(0));
+      run->clock_delay_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(-1));
+    }
     return {};
   }
 
@@ -443,6 +447,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     runtime::merge_unit_figures(*run, live_figures, unit, figures);
   }
   void carried_over(int node, int replica, int unit) override { live_figures.carried_over(node, replica, unit); }
+  void record_clock(int unit, std::int64_t offset_ns, std::int64_t delay_ns) override {
+    run->set_clock_offset(unit, offset_ns, delay_ns);
+  }
   void replicas_finished(int count) override { run->replica_finished(count); }
   void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) override {
     run->record_failover(std::move(failover), detected_ns, planned_ns);
@@ -820,6 +827,13 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
+  // The coordinator's own units read its clock; the others' offsets come
+  // from heartbeats (docs/observability.md, clock offsets).
+  if (m.options.coordinator) {
+    for (std::size_t u = 0; u < m.local.size(); ++u) {
+      if (m.local[u]) m.run->set_clock_offset(static_cast<int>(u), 0, 0);
+    }
+  }
   swarmflow::log::set_units(m.log_units());
   auto fail = [&](Status s) {
     m.stop_failure_watch();

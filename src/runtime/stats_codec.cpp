@@ -160,9 +160,12 @@ transport::ControlBuffer encode_unit_figures(const RunState& run, int unit, std:
   const auto table = run.table();
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
     const Encoded figures = encode_figures(fbb, run, *table, unit);
-    auto body = schema::CreateUnitFigures(fbb, fbb.CreateString(run.spec.units[static_cast<std::size_t>(unit)].id),
-                                          table->epoch, incarnation, steady_now_ns(), figures.replicas, figures.edges,
-                                          figures.transport);
+    const auto u = static_cast<std::size_t>(unit);
+    const std::int64_t offset = u < run.clock_offset_ns.size() ? run.clock_offset_ns[u]->load() : 0;
+    const std::int64_t delay = u < run.clock_delay_ns.size() ? run.clock_delay_ns[u]->load() : -1;
+    auto body = schema::CreateUnitFigures(fbb, fbb.CreateString(run.spec.units[u].id), table->epoch, incarnation,
+                                          steady_now_ns(), figures.replicas, figures.edges, figures.transport, offset,
+                                          delay);
     return std::make_pair(schema::ControlBody::UnitFigures, body.Union());
   });
 }

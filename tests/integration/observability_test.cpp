@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -113,6 +114,18 @@ TEST(Observability, TheCoordinatorShowsARemoteReplicasFiguresWhileTheRunLasts) {
   EXPECT_FALSE(state["finished"].get<bool>());
   EXPECT_GE(state["stages"]["work"]["processed"].get<std::uint64_t>(), second);
   EXPECT_GT(state["units"]["u1"]["received"].get<std::uint64_t>(), 0u) << "u1's transport figures, live";
+  // u1's clock, measured on the control plane: both processes read one
+  // host's steady clock, so the true offset is 0 and must lie within the
+  // estimate's bound.
+  const auto clocked = nlohmann::json::parse(get(port, "/api/v1/state", [](const std::string& body) {
+                                               const auto j = nlohmann::json::parse(body, nullptr, false);
+                                               return j.is_object() && j["units"]["u1"]["clock_offset_ms"].is_number();
+                                             }),
+                                             nullptr, false);
+  ASSERT_TRUE(clocked.is_object()) << "u1's clock offset was never measured";
+  EXPECT_LE(std::abs(clocked["units"]["u1"]["clock_offset_ms"].get<double>()),
+            clocked["units"]["u1"]["clock_error_ms"].get<double>() + 1e-6);
+  EXPECT_EQ(clocked["units"]["u0"]["clock_offset_ms"].get<double>(), 0.0) << "the coordinator's own unit";
   // Server-Sent Events carry the same state.
   httplib::Client client("127.0.0.1", port);
   std::string events;
