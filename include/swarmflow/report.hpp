@@ -37,6 +37,12 @@ struct StageReport {
   /// kServiceBucketsS (cumulative), and their sum.
   std::vector<std::uint64_t> latency_le;
   double latency_sum_s = 0;
+  /// Residence: from an envelope's arrival at a replica to the end of its
+  /// step (queue and service), over all replicas, wherever they ran; the
+  /// histogram as for `latency_le`.
+  LatencySummary residence;
+  std::vector<std::uint64_t> residence_le;
+  double residence_sum_s = 0;
 };
 
 /// One edge: output port -> input port.
@@ -63,6 +69,13 @@ struct EdgeReport {
   /// (its figures died with it); what the new replica received again is.
   std::uint64_t replayed = 0;
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
+  /// Hop latency: from an envelope's arrival at the producer (its capture,
+  /// for a source's) to its arrival at the consumer, so the producer's
+  /// residence and the way over the edge; across processes with their clock
+  /// offset corrected. The histogram as for StageReport::latency_le.
+  LatencySummary latency;
+  std::vector<std::uint64_t> latency_le;
+  double latency_sum_s = 0;
 };
 
 /// One unit's data plane: what crossed it and what was refused.

@@ -48,6 +48,9 @@ struct RuntimeOptions {
   /// progress line, report, metrics, `swarmflow top` and web view show them
   /// live; 0 sends them only at the end (UnitDone).
   int figures_ms = 500;
+  /// Samples every envelope whose seq is a multiple of this at every step
+  /// of this process's replicas, for `trace()`; 0: none.
+  std::uint64_t trace_every = 0;
 };
 
 /// Makes a CURVE key pair for a unit (or the coordinator) and writes it to
@@ -106,6 +109,10 @@ class Runtime {
   RunReport report() const;
   /// The loaded graph in Graphviz DOT.
   std::string dot() const;
+  /// With RuntimeOptions::trace_every: the sampled steps as Chrome
+  /// trace-event JSON (Perfetto, chrome://tracing), at most 200 000 of them
+  /// (the rest counted in otherData.dropped_steps); empty without it.
+  std::string trace() const;
 
  private:
   struct Impl;

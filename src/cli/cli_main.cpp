@@ -138,6 +138,8 @@ struct RunArgs {
   std::string metrics;  ///< --metrics HOST:PORT: serve /metrics and /api/v1 there
   std::string web;      ///< --web HOST:PORT: serve the live web view there
   int figures_ms = 500;  ///< --figures-ms: a unit process sends its figures this often
+  std::string trace;     ///< --trace FILE: Chrome trace events of a sample of envelopes
+  std::uint64_t trace_every = 100;  ///< --trace-every N: sample envelopes whose seq is a multiple of N
 };
 
 /// /api/v1/state: the run report as it stands, on one line (an SSE event
@@ -182,9 +184,14 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
   options.join_timeout_ms = args.join_timeout_ms;
   options.secret_key_path = args.secret_key;
   options.figures_ms = args.figures_ms;
+  if (!args.trace.empty()) options.trace_every = args.trace_every;
   swarmflow::Runtime rt(options);
   if (!stages.add_to(rt.registry())) return kExitInvalid;
   if (int rc = load(rt, args.file); rc != kExitOk) return rc;
+  if (!args.trace.empty() && !std::ofstream(args.trace)) {
+    std::fprintf(stderr, "swarmflow: --trace: cannot write to %s\n", args.trace.c_str());
+    return kExitInvalid;
+  }
   std::unique_ptr<swarmflow::cli::MetricsServer> metrics;
   if (!args.metrics.empty()) {
     std::string error;
@@ -287,6 +294,14 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     out << report.to_json() << '\n';
     if (!out) {
       std::fprintf(stderr, "swarmflow: cannot write report to %s\n", args.report.c_str());
+      return kExitRuntime;
+    }
+  }
+  if (!args.trace.empty()) {
+    std::ofstream out(args.trace);
+    out << rt.trace() << '\n';
+    if (!out) {
+      std::fprintf(stderr, "swarmflow: cannot write the trace to %s\n", args.trace.c_str());
       return kExitRuntime;
     }
   }
@@ -446,6 +461,11 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
       ->type_name(kFileValue);
   run->add_option("--web", run_args.web, "serve a live web view of the run at http://HOST:PORT/")
       ->type_name("HOST:PORT");
+  run->add_option("--trace", run_args.trace,
+                  "write a sample of envelopes' steps as Chrome trace events (Perfetto, chrome://tracing) to this file")
+      ->type_name(kFileValue);
+  run->add_option("--trace-every", run_args.trace_every, "with --trace: sample the envelopes whose seq is a multiple of N")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
 
   RunArgs unit_args;
   unit_args.coordinator = false;
@@ -462,6 +482,11 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
       ->type_name("HOST:PORT");
   unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)")
       ->type_name(kFileValue);
+  unit->add_option("--trace", unit_args.trace,
+                   "write a sample of this unit's envelope steps as Chrome trace events, on the coordinator's clock")
+      ->type_name(kFileValue);
+  unit->add_option("--trace-every", unit_args.trace_every, "with --trace: sample the envelopes whose seq is a multiple of N")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   unit->add_option("--figures-ms", unit_args.figures_ms,
                    "send this unit's figures to the coordinator this often, in ms (0: only at the end)")
       ->check(CLI::Range(0, 3600000));

@@ -161,10 +161,11 @@ std::vector<std::string> top_lines(const std::string& state, const std::string& 
       const std::uint64_t delivered = u64(e, "delivered");
       const std::uint64_t in_flight = sent >= delivered + dropped ? sent - delivered - dropped : 0;
       auto b = before_sent.find(text(e, "from") + ">" + text(e, "to"));
-      edge_rows.push_back(fit(format("%-34s %9s %7" PRIu64 " %9" PRIu64 " %10" PRIu64,
+      const double p99 = e.contains("latency_ms") ? number(e["latency_ms"], "p99") : 0.0;
+      edge_rows.push_back(fit(format("%-34s %9s %7" PRIu64 " %9" PRIu64 " %10" PRIu64 " %9.3f",
                                      (text(e, "from") + " -> " + text(e, "to")).c_str(),
                                      human(b == before_sent.end() ? 0 : rate(sent, b->second)).c_str(), in_flight,
-                                     dropped, sent)));
+                                     dropped, sent, p99)));
     }
   }
 
@@ -197,15 +198,19 @@ std::vector<std::string> top_lines(const std::string& state, const std::string& 
         processed_before = u64(before["stages"][id], "processed");
         known = true;
       }
+      // p99 of the residence (arrival -> end of step) where measured, else of the step alone.
+      double p99 = p99_ms(buckets);
+      if (s.contains("residence_ms") && u64(s["residence_ms"], "count") > 0) p99 = number(s["residence_ms"], "p99");
       stages.rows.push_back(fit(format("%-16s %4d %9s %7" PRIu64 " %9" PRIu64 " %9.3f  %s", id.c_str(),
                                        s.value("replicas", 0),
                                        human(known ? rate(u64(s, "processed"), processed_before) : 0).c_str(), queued,
-                                       drops[id], p99_ms(buckets), why[id].c_str())));
+                                       drops[id], p99, why[id].c_str())));
     }
   }
   sections.push_back(std::move(stages));
   sections.push_back(
-      Section{fit(format("%-34s %9s %7s %9s %10s", "EDGE", "rate/s", "flight", "dropped", "sent")), edge_rows});
+      Section{fit(format("%-34s %9s %7s %9s %10s %9s", "EDGE", "rate/s", "flight", "dropped", "sent", "p99 ms")),
+              edge_rows});
 
   Section failovers{"FAILOVERS", {}};
   if (now.contains("failovers")) {

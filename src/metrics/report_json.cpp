@@ -21,6 +21,16 @@ std::int64_t counter_or(const StageReport& s, const std::string& name, std::int6
   return it == s.counters.end() ? fallback : it->second;
 }
 
+Json summary_json(const LatencySummary& l) {
+  Json j = Json::object();
+  j["count"] = l.count;
+  j["p50"] = l.p50_ms;
+  j["p99"] = l.p99_ms;
+  j["p999"] = l.p999_ms;
+  j["max"] = l.max_ms;
+  return j;
+}
+
 Json stage_json(const StageReport& s) {
   Json j = Json::object();
   j["type"] = s.type;
@@ -30,6 +40,8 @@ Json stage_json(const StageReport& s) {
   j["restarts"] = s.restarts;
   j["dead_letters"] = s.dead_letters;
   j["counters"] = counters_json(s.counters);
+  j["queued"] = s.queued;
+  j["residence_ms"] = summary_json(s.residence);
   return j;
 }
 
@@ -46,6 +58,7 @@ Json edge_json(const EdgeReport& e) {
   j["peak_retained"] = e.peak_retained;
   j["replayed"] = e.replayed;
   j["overflow"] = e.overflow;
+  j["latency_ms"] = summary_json(e.latency);
   return j;
 }
 

@@ -12,6 +12,25 @@ bool hosts(const std::vector<std::vector<int>>& unit_of, int node, int replica, 
          replicas[static_cast<std::size_t>(replica)] == unit;
 }
 
+/// `total` - `applied`, bucket by bucket, for a histogram: it only grows,
+/// so buckets are added, never taken back.
+void subtract_buckets(std::map<int, std::uint64_t>& total, const std::map<int, std::uint64_t>& applied) {
+  for (auto it = total.begin(); it != total.end();) {
+    auto old = applied.find(it->first);
+    const std::uint64_t before = old == applied.end() ? 0 : old->second;
+    if (it->second > before) {
+      it->second -= before;
+      ++it;
+    } else {
+      it = total.erase(it);
+    }
+  }
+}
+
+void add_buckets(std::map<int, std::uint64_t>& to, const std::map<int, std::uint64_t>& from) {
+  for (const auto& [bucket, count] : from) to[bucket] += count;
+}
+
 /// `total` - `applied` for counters (wrapping), `total` for gauges and peaks.
 ReplicaFigures difference(const ReplicaFigures& total, const ReplicaFigures& applied) {
   ReplicaFigures d = total;
@@ -26,17 +45,8 @@ ReplicaFigures difference(const ReplicaFigures& total, const ReplicaFigures& app
   for (const auto& [name, value] : applied.counters) {
     if (total.counters.count(name) == 0) d.counters[name] = -value;
   }
-  // A histogram only grows: buckets are added, never taken back.
-  for (auto it = d.latency.begin(); it != d.latency.end();) {
-    auto old = applied.latency.find(it->first);
-    const std::uint64_t before = old == applied.latency.end() ? 0 : old->second;
-    if (it->second > before) {
-      it->second -= before;
-      ++it;
-    } else {
-      it = d.latency.erase(it);
-    }
-  }
+  subtract_buckets(d.latency, applied.latency);
+  subtract_buckets(d.residence, applied.residence);
   for (std::size_t b = 0; b < d.service_buckets.size(); ++b) {
     if (b < applied.service_buckets.size()) d.service_buckets[b] -= applied.service_buckets[b];
   }
@@ -52,6 +62,7 @@ EdgeSideFigures difference(const EdgeSideFigures& total, const EdgeSideFigures& 
   d.delivered = total.delivered - applied.delivered;
   d.refused = total.refused - applied.refused;
   d.replayed = total.replayed - applied.replayed;
+  subtract_buckets(d.hops, applied.hops);
   return d;
 }
 
@@ -129,7 +140,9 @@ ReplicaFigures LiveFigures::replica_total(int node, int replica) const {
     t.restarts += f.restarts;
     t.dead_letters += f.dead_letters;
     t.queue_peak = std::max(t.queue_peak, f.queue_peak);
-    for (const auto& [bucket, count] : f.latency) t.latency[bucket] += count;
+    add_buckets(t.latency, f.latency);
+    add_buckets(t.residence, f.residence);
+    t.residence_max_ns = std::max(t.residence_max_ns, f.residence_max_ns);
     t.latency_max_ns = std::max(t.latency_max_ns, f.latency_max_ns);
     if (t.service_buckets.size() < f.service_buckets.size()) t.service_buckets.resize(f.service_buckets.size());
     for (std::size_t b = 0; b < f.service_buckets.size(); ++b) t.service_buckets[b] += f.service_buckets[b];
@@ -155,6 +168,8 @@ EdgeSideFigures LiveFigures::edge_total(int edge, int replica, bool producer) co
     t.replayed += f.replayed;
     t.peak_in_flight = std::max(t.peak_in_flight, f.peak_in_flight);
     t.peak_retained = std::max(t.peak_retained, f.peak_retained);
+    add_buckets(t.hops, f.hops);
+    t.hop_max_ns = std::max(t.hop_max_ns, f.hop_max_ns);
   }
   return t;
 }

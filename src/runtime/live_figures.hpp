@@ -34,6 +34,8 @@ struct ReplicaFigures {
   std::int64_t latency_max_ns = 0;
   std::vector<std::uint64_t> service_buckets;
   std::int64_t service_sum_ns = 0;
+  std::map<int, std::uint64_t> residence;  ///< LatencyHistogram bucket -> count
+  std::int64_t residence_max_ns = 0;
 };
 
 /// What one unit process said about one side of an edge at one replica.
@@ -49,6 +51,8 @@ struct EdgeSideFigures {
   std::uint64_t peak_in_flight = 0;
   std::uint64_t peak_retained = 0;
   std::uint64_t replayed = 0;
+  std::map<int, std::uint64_t> hops;  ///< consumer side: LatencyHistogram bucket -> count
+  std::int64_t hop_max_ns = 0;
 };
 
 /// One message's figures.

@@ -71,6 +71,8 @@ struct RunState {
   std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }
   void publish(std::shared_ptr<const RoutingTable> table) { std::atomic_store(&table_, std::move(table)); }
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
+  /// `--trace`: the sampled steps of this process's replicas; null: none.
+  std::shared_ptr<TraceBuffer> trace;
   /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_out;
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_in;

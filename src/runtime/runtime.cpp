@@ -32,6 +32,9 @@ namespace runtime {
 namespace {
 
 
+/// Steps a trace keeps at most (about 60 bytes each).
+constexpr std::size_t kTraceSteps = 200'000;
+
 template <class T>
 std::vector<std::unique_ptr<T>> make_n(int n) {
   std::vector<std::unique_ptr<T>> v;
@@ -225,6 +228,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     if (!spec) return Status::error(format_diagnostics(found), StatusCode::invalid_argument);
     if (started) return Status::error("a pipeline is already running", StatusCode::failed_precondition);
     run = std::make_shared<runtime::RunState>();
+    if (options.trace_every > 0) {
+      run->trace = std::make_shared<runtime::TraceBuffer>(options.trace_every, runtime::kTraceSteps);
+    }
     run->spec = std::move(*spec);
     run->registry = &registry;
     run->graph = graph::Graph::build(run->spec, registry);
@@ -1087,6 +1093,25 @@ RunReport Runtime::report() const {
   if (impl_->waited) return impl_->final_report;
   if (!impl_->run) return {};
   return impl_->report_now();
+}
+
+std::string Runtime::trace() const {
+  const auto& run = impl_->run;
+  if (!run || !run->trace) return {};
+  std::vector<std::string> stages;
+  for (const auto& node : run->graph.nodes) stages.push_back(node.decl->id);
+  std::vector<std::string> units;
+  for (const auto& u : run->spec.units) units.push_back(u.id);
+  // A unit process writes its times on the coordinator's clock, so that the
+  // files of a cluster line up.
+  std::int64_t shift = 0;
+  for (std::size_t u = 0; u < run->transports.size() && u < run->clock_offset_ns.size(); ++u) {
+    if (run->transports[u] && run->clock_delay_ns[u]->load() >= 0) {
+      shift = run->clock_offset_ns[u]->load();
+      break;
+    }
+  }
+  return runtime::trace_json(run->trace->steps(), stages, units, shift, run->trace->dropped());
 }
 
 std::string Runtime::dot() const {

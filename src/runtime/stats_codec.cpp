@@ -11,6 +11,27 @@ struct Encoded {
   flatbuffers::Offset<schema::TransportStats> transport;
 };
 
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<schema::Bucket>>> encode_buckets(
+    flatbuffers::FlatBufferBuilder& fbb, const metrics::LatencyHistogram& h) {
+  std::vector<flatbuffers::Offset<schema::Bucket>> buckets;
+  h.for_each_bucket([&](int index, std::uint64_t count) {
+    buckets.push_back(schema::CreateBucket(fbb, static_cast<std::uint32_t>(index), count));
+  });
+  return fbb.CreateVector(buckets);
+}
+
+void decode_buckets(const flatbuffers::Vector<flatbuffers::Offset<schema::Bucket>>* in, std::map<int, std::uint64_t>* out) {
+  if (in == nullptr) return;
+  for (const auto* b : *in) (*out)[static_cast<int>(b->index())] += b->count();
+}
+
+metrics::LatencyHistogram histogram_of(const std::map<int, std::uint64_t>& buckets, std::int64_t max_ns) {
+  metrics::LatencyHistogram h;
+  h.observe_max(max_ns);
+  for (const auto& [bucket, count] : buckets) h.add_bucket(bucket, count);
+  return h;
+}
+
 Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run, const RoutingTable& table, int unit) {
   std::vector<flatbuffers::Offset<schema::ReplicaStats>> replicas;
   for (std::size_t node = 0; node < table.unit_of.size(); ++node) {
@@ -28,11 +49,13 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
       });
       std::vector<std::uint64_t> service;
       for (const auto& b : s.service_buckets) service.push_back(b.load(std::memory_order_relaxed));
+      const metrics::LatencyHistogram residence_h = s.residence.snapshot();
+      const auto residence = encode_buckets(fbb, residence_h);
       replicas.push_back(schema::CreateReplicaStats(
           fbb, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(r), s.processed.load(), s.errors.load(),
           s.restarts.load(), s.dead_letters.load(), s.queue_peak.load(), fbb.CreateVector(counters),
           fbb.CreateVector(buckets), latency.max_ns(), fbb.CreateVector(service), s.service_sum_ns.load(),
-          s.queued.load(std::memory_order_relaxed)));
+          s.queued.load(std::memory_order_relaxed), residence, residence_h.max_ns()));
     }
   }
   std::vector<flatbuffers::Offset<schema::EdgeSide>> edges;
@@ -48,8 +71,11 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
     for (std::size_t r = 0; r < run.edge_in[e].size(); ++r) {
       if (table.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
       const EdgeSideStats& s = *run.edge_in[e][r];
+      const metrics::LatencyHistogram hops_h = s.hops.snapshot();
+      const auto hops = encode_buckets(fbb, hops_h);
       edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), false,
-                                             0, 0, s.delivered.load(), 0, 0, s.refused.load()));
+                                             0, 0, s.delivered.load(), 0, 0, s.refused.load(), 0, 0, hops,
+                                             hops_h.max_ns()));
     }
   }
   Encoded out;
@@ -104,6 +130,7 @@ void apply_changes(RunState& run, const RoutingTable& table, FigureChanges chang
       s.service_buckets[b].fetch_add(d.service_buckets[b], std::memory_order_relaxed);
     }
     s.service_sum_ns.fetch_add(d.service_sum_ns, std::memory_order_relaxed);
+    if (!d.residence.empty()) s.residence.merge(histogram_of(d.residence, d.residence_max_ns));
   }
   for (const EdgeSideFigures& d : changes.edges) {
     const auto e = static_cast<std::size_t>(d.edge);
@@ -122,6 +149,7 @@ void apply_changes(RunState& run, const RoutingTable& table, FigureChanges chang
       if (r >= run.edge_in[e].size()) continue;
       run.edge_in[e][r]->delivered.fetch_add(d.delivered, std::memory_order_relaxed);
       run.edge_in[e][r]->refused.fetch_add(d.refused, std::memory_order_relaxed);
+      if (!d.hops.empty()) run.edge_in[e][r]->hops.merge(histogram_of(d.hops, d.hop_max_ns));
     }
   }
 }
@@ -200,6 +228,8 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
         r.service_buckets.assign(rs->service_buckets()->begin(), rs->service_buckets()->end());
       }
       r.service_sum_ns = rs->service_sum_ns();
+      decode_buckets(rs->residence_buckets(), &r.residence);
+      r.residence_max_ns = rs->residence_max_ns();
       f.replicas.push_back(std::move(r));
     }
   }
@@ -217,6 +247,8 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
       e.peak_in_flight = es->peak_in_flight();
       e.peak_retained = es->peak_retained();
       e.replayed = es->replayed();
+      decode_buckets(es->hop_buckets(), &e.hops);
+      e.hop_max_ns = es->hop_max_ns();
       f.edges.push_back(e);
     }
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <string>
 #include <thread>
@@ -263,6 +264,38 @@ TEST(Observability, TheWebViewInChromiumShowsFiguresThatMove) {
   EXPECT_EQ(chromium({"--screenshot=" + shot}, "shot"), 0) << slurp(run.dir().file("shot.err"));
   EXPECT_TRUE(std::filesystem::exists(shot) && std::filesystem::file_size(shot) > 1000) << shot;
   EXPECT_EQ(run.stop(), 0) << run.log();
+}
+
+TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLatencyPerHop) {
+  TempDir dir;
+  const std::string file = dir.write("trace.yaml",
+                                     "pipeline: traced\nstages:\n"
+                                     "  - {id: source, type: sim.source, params: {count: 2000, streams: 2}}\n"
+                                     "  - {id: work, type: sim.work, inputs: {in: source/out}, params: {service_us: 20}}\n"
+                                     "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n");
+  const pid_t run = spawn_cli({"run", file, "--quiet", "--trace", dir.file("trace.json"), "--trace-every", "50",
+                               "--report", dir.file("report.json")},
+                              dir.file("out"), dir.file("err"));
+  ASSERT_EQ(wait_exit_within(run, kPatience), 0) << slurp(dir.file("err"));
+  const auto trace = nlohmann::json::parse(slurp(dir.file("trace.json")), nullptr, false);
+  ASSERT_TRUE(trace.is_object() && trace["traceEvents"].is_array()) << slurp(dir.file("trace.json")).substr(0, 300);
+  std::map<std::string, int> steps;
+  for (const auto& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e["ph"].is_string() && e["pid"].is_number_integer() && e["tid"].is_number_integer()) << e;
+    if (e["ph"] != "X") continue;
+    ASSERT_TRUE(e["name"].is_string() && e["ts"].is_number() && e["dur"].is_number()) << e;
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    EXPECT_EQ(e["args"]["seq"].get<std::uint64_t>() % 50, 0u) << "only the sample";
+    ++steps[e["name"].get<std::string>()];
+  }
+  // 2000 envelopes in 2 streams: seq 0..999 each, 20 sampled a stream, at work and at sink.
+  EXPECT_EQ(steps["work"], 40);
+  EXPECT_EQ(steps["sink"], 40);
+  const auto report = nlohmann::json::parse(slurp(dir.file("report.json")), nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 1900u);
+  EXPECT_GT(report["stages"]["work"]["residence_ms"]["p99"].get<double>(), 0.0);
+  EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
 }
 
 }  // namespace

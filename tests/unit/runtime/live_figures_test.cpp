@@ -22,6 +22,19 @@ ReplicaFigures replica(int node, int r, std::uint64_t processed, std::int64_t co
   if (counter != 0) f.counters["frames"] = counter;
   f.latency[3] = processed;
   f.service_buckets = {processed, 1};
+  f.residence[5] = processed;
+  return f;
+}
+
+EdgeSideFigures side(int edge, int r, bool producer, std::uint64_t sent, std::uint64_t delivered = 0) {
+  EdgeSideFigures f;
+  f.edge = edge;
+  f.replica = r;
+  f.producer = producer;
+  f.sent = sent;
+  f.delivered = delivered;
+  f.hops[2] = sent;
+  f.hop_max_ns = 1000;
   return f;
 }
 
@@ -91,6 +104,7 @@ TEST(LiveFigures, AStatelessReplicaMovedToAnotherUnitAddsBothHosts) {
   EXPECT_EQ(live.replica_total(0, 0).processed, 130u);
   EXPECT_EQ(a.processed, 130u);
   EXPECT_EQ(a.latency, 130u);
+  EXPECT_EQ(live.replica_total(0, 0).residence.at(5), 130u) << "residence samples of both hosts";
 }
 
 TEST(LiveFigures, ARestoredReplicaCarriesItsPredecessorsCountOnce) {
@@ -121,9 +135,9 @@ TEST(LiveFigures, ARestartedUnitProcessIsANewHost) {
 
 TEST(LiveFigures, AFencedUnitIsNotHeardForReplicasPlacedElsewhere) {
   LiveFigures live;
-  live.take(from(1, 7, {replica(0, 0, 100)}, {EdgeSideFigures{0, 0, true, 100}}), {{1, 1}, {0}}, kEdges);
+  live.take(from(1, 7, {replica(0, 0, 100)}, {side(0, 0, true, 100)}), {{1, 1}, {0}}, kEdges);
   // Unit 1 was declared dead and its replica placed on unit 2; it speaks again.
-  live.take(from(1, 7, {replica(0, 0, 400)}, {EdgeSideFigures{0, 0, true, 400}}), {{2, 1}, {0}}, kEdges);
+  live.take(from(1, 7, {replica(0, 0, 400)}, {side(0, 0, true, 400)}), {{2, 1}, {0}}, kEdges);
   EXPECT_EQ(live.replica_total(0, 0).processed, 100u);
   EXPECT_EQ(live.edge_total(0, 0, true).sent, 100u);
   // Its other replica is still its own.
@@ -135,14 +149,15 @@ TEST(LiveFigures, EdgeSidesReplaceAndOutOfRangeIsIgnored) {
   LiveFigures live;
   Applied a;
   const std::vector<std::vector<int>> unit_of{{1, 1}, {0}};
-  live.take(from(1, 7, {}, {EdgeSideFigures{0, 1, true, 10}, EdgeSideFigures{5, 0, true, 99}}), unit_of, kEdges);
+  live.take(from(1, 7, {}, {side(0, 1, true, 10), side(5, 0, true, 99)}), unit_of, kEdges);
   a.add(live.changes(), -1, -1);
-  live.take(from(1, 7, {replica(9, 0, 1)}, {EdgeSideFigures{0, 1, true, 15}}), unit_of, kEdges);
+  live.take(from(1, 7, {replica(9, 0, 1)}, {side(0, 1, true, 15)}), unit_of, kEdges);
   a.add(live.changes(), -1, -1);
   EXPECT_EQ(a.sent, 15u);
+  EXPECT_EQ(live.edge_total(0, 1, true).hops.at(2), 15u) << "hop samples replace as counters do";
   EXPECT_EQ(live.replica_total(9, 0).processed, 0u);
   // The consumer side of edge 0 is on unit 0, not 1.
-  live.take(from(1, 7, {}, {EdgeSideFigures{0, 0, false, 0, 0, 0, 50}}), unit_of, kEdges);
+  live.take(from(1, 7, {}, {side(0, 0, false, 0, 50)}), unit_of, kEdges);
   EXPECT_EQ(live.edge_total(0, 0, false).delivered, 0u);
 }
 
