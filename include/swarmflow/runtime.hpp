@@ -51,6 +51,10 @@ struct RuntimeOptions {
   /// Samples every envelope whose seq is a multiple of this at every step
   /// of this process's replicas, for `trace()`; 0: none.
   std::uint64_t trace_every = 0;
+  /// Record each step's residence (arrival -> end of step) and each edge's
+  /// hop latency into the report's histograms. Off only to measure what
+  /// they cost (the chain and transport benchmarks' --observe-cost).
+  bool hop_figures = true;
 };
 
 /// Makes a CURVE key pair for a unit (or the coordinator) and writes it to

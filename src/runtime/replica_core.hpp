@@ -66,6 +66,7 @@ struct ReplicaSetup {
   ReplicaStats* stats = nullptr;
   int unit = 0;                   ///< its unit, for the trace
   TraceBuffer* trace = nullptr;   ///< `--trace`: where sampled steps go; null: none
+  bool hop_figures = true;        ///< record residence and hop latency (RuntimeOptions::hop_figures)
   std::vector<EdgeSideStats*> in_stats;   ///< by edge id, null where not an in-edge
   std::vector<EdgeSideStats*> out_stats;  ///< by edge id, null where not an out-edge
   /// Which consumer replicas of each out-edge (by edge id) are on other units.

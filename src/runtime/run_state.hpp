@@ -73,6 +73,7 @@ struct RunState {
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
   /// `--trace`: the sampled steps of this process's replicas; null: none.
   std::shared_ptr<TraceBuffer> trace;
+  bool hop_figures = true;  ///< RuntimeOptions::hop_figures
   /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_out;
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_in;

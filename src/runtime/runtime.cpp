@@ -228,6 +228,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     if (!spec) return Status::error(format_diagnostics(found), StatusCode::invalid_argument);
     if (started) return Status::error("a pipeline is already running", StatusCode::failed_precondition);
     run = std::make_shared<runtime::RunState>();
+    run->hop_figures = options.hop_figures;
     if (options.trace_every > 0) {
       run->trace = std::make_shared<runtime::TraceBuffer>(options.trace_every, runtime::kTraceSteps);
     }

@@ -41,6 +41,7 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
   s.stats = run->replica_stats[static_cast<std::size_t>(node)][r].get();
   s.unit = unit;
   s.trace = run->trace.get();
+  s.hop_figures = run->hop_figures;
   s.in_stats.assign(g.edges.size(), nullptr);
   s.out_stats.assign(g.edges.size(), nullptr);
   s.remote_consumers.resize(g.edges.size());
