@@ -298,4 +298,33 @@ TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLate
   EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
 }
 
+/// The first ```yaml block after `heading` in `text`, or "".
+std::string yaml_after(const std::string& text, const std::string& heading) {
+  const auto at = text.find(heading);
+  if (at == std::string::npos) return "";
+  const auto open = text.find("```yaml\n", at);
+  if (open == std::string::npos) return "";
+  const auto close = text.find("```", open + 8);
+  return close == std::string::npos ? "" : text.substr(open + 8, close - open - 8);
+}
+
+TEST(Observability, TheScrapeConfigAndAlertRulesHerePassPromtool) {
+  TempDir dir;
+  const std::string doc = slurp(std::string(SWARMFLOW_SOURCE_DIR) + "/docs/observability.md");
+  const std::string config = yaml_after(doc, "### A scrape config");
+  const std::string rules = yaml_after(doc, "### Alert rules");
+  ASSERT_FALSE(config.empty() || rules.empty()) << "docs/observability.md lost its scrape config or alert rules";
+  EXPECT_TRUE(has(config, "swarmflow-alerts.yml"));
+  for (const char* alert : {"SwarmflowUnitDead", "SwarmflowDropsRising", "SwarmflowStageP99OverBudget"}) {
+    EXPECT_TRUE(has(rules, alert)) << alert;
+  }
+  dir.write("swarmflow-alerts.yml", rules);
+  const std::string file = dir.write("prometheus.yml", config);
+  // check config also checks the rule files it names.
+  const pid_t check = spawn_program({"promtool", "check", "config", file}, dir.file("out"), dir.file("err"));
+  ASSERT_GT(check, 0) << "promtool is not installed (scripts/bootstrap.sh installs prometheus)";
+  EXPECT_EQ(wait_exit_within(check, kPatience), 0) << slurp(dir.file("out")) << slurp(dir.file("err"));
+  EXPECT_TRUE(has(slurp(dir.file("out")), "7 rules found")) << slurp(dir.file("out"));
+}
+
 }  // namespace
