@@ -48,8 +48,11 @@ void record_hops(SharedLatency* residence, SharedLatency* edge, TraceBuffer* tra
   if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
   const std::int64_t arrived = h.hop_ns[h.hop_count - 1];
   const std::int64_t from = h.hop_count >= 2 ? h.hop_ns[h.hop_count - 2] : h.capture_ns;
-  if (residence != nullptr) residence->record(end_ns - arrived);
-  if (edge != nullptr && from != 0) edge->record(arrived - from);
+  SharedLatency* counter = residence != nullptr ? residence : edge;
+  if (counter != nullptr && counter->due()) {
+    if (residence != nullptr) residence->record(end_ns - arrived, end_ns);
+    if (edge != nullptr && from != 0) edge->record(arrived - from, end_ns);
+  }
   if (trace != nullptr && trace->sampled(h.seq)) {
     TraceStep step = who;
     step.stream = h.stream;

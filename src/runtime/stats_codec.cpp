@@ -11,18 +11,28 @@ struct Encoded {
   flatbuffers::Offset<schema::TransportStats> transport;
 };
 
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<schema::Bucket>>> encode_buckets(
-    flatbuffers::FlatBufferBuilder& fbb, const metrics::LatencyHistogram& h) {
-  std::vector<flatbuffers::Offset<schema::Bucket>> buckets;
-  h.for_each_bucket([&](int index, std::uint64_t count) {
-    buckets.push_back(schema::CreateBucket(fbb, static_cast<std::uint32_t>(index), count));
+/// A histogram's non-empty buckets as two parallel vectors.
+struct EncodedBuckets {
+  flatbuffers::Offset<flatbuffers::Vector<std::uint32_t>> index;
+  flatbuffers::Offset<flatbuffers::Vector<std::uint64_t>> count;
+};
+
+EncodedBuckets encode_buckets(flatbuffers::FlatBufferBuilder& fbb, const metrics::LatencyHistogram& h) {
+  std::vector<std::uint32_t> index;
+  std::vector<std::uint64_t> count;
+  h.for_each_bucket([&](int i, std::uint64_t n) {
+    index.push_back(static_cast<std::uint32_t>(i));
+    count.push_back(n);
   });
-  return fbb.CreateVector(buckets);
+  return EncodedBuckets{fbb.CreateVector(index), fbb.CreateVector(count)};
 }
 
-void decode_buckets(const flatbuffers::Vector<flatbuffers::Offset<schema::Bucket>>* in, std::map<int, std::uint64_t>* out) {
-  if (in == nullptr) return;
-  for (const auto* b : *in) (*out)[static_cast<int>(b->index())] += b->count();
+void decode_buckets(const flatbuffers::Vector<std::uint32_t>* index, const flatbuffers::Vector<std::uint64_t>* count,
+                    std::map<int, std::uint64_t>* out) {
+  if (index == nullptr || count == nullptr) return;
+  for (flatbuffers::uoffset_t i = 0; i < index->size() && i < count->size(); ++i) {
+    (*out)[static_cast<int>(index->Get(i))] += count->Get(i);
+  }
 }
 
 metrics::LatencyHistogram histogram_of(const std::map<int, std::uint64_t>& buckets, std::int64_t max_ns) {
@@ -55,7 +65,7 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
           fbb, static_cast<std::uint32_t>(node), static_cast<std::uint32_t>(r), s.processed.load(), s.errors.load(),
           s.restarts.load(), s.dead_letters.load(), s.queue_peak.load(), fbb.CreateVector(counters),
           fbb.CreateVector(buckets), latency.max_ns(), fbb.CreateVector(service), s.service_sum_ns.load(),
-          s.queued.load(std::memory_order_relaxed), residence, residence_h.max_ns()));
+          s.queued.load(std::memory_order_relaxed), residence.index, residence.count, residence_h.max_ns()));
     }
   }
   std::vector<flatbuffers::Offset<schema::EdgeSide>> edges;
@@ -74,8 +84,8 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
       const metrics::LatencyHistogram hops_h = s.hops.snapshot();
       const auto hops = encode_buckets(fbb, hops_h);
       edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), false,
-                                             0, 0, s.delivered.load(), 0, 0, s.refused.load(), 0, 0, hops,
-                                             hops_h.max_ns()));
+                                             0, 0, s.delivered.load(), 0, 0, s.refused.load(), 0, 0, hops.index,
+                                             hops.count, hops_h.max_ns()));
     }
   }
   Encoded out;
@@ -228,7 +238,7 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
         r.service_buckets.assign(rs->service_buckets()->begin(), rs->service_buckets()->end());
       }
       r.service_sum_ns = rs->service_sum_ns();
-      decode_buckets(rs->residence_buckets(), &r.residence);
+      decode_buckets(rs->residence_index(), rs->residence_count(), &r.residence);
       r.residence_max_ns = rs->residence_max_ns();
       f.replicas.push_back(std::move(r));
     }
@@ -247,7 +257,7 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
       e.peak_in_flight = es->peak_in_flight();
       e.peak_retained = es->peak_retained();
       e.replayed = es->replayed();
-      decode_buckets(es->hop_buckets(), &e.hops);
+      decode_buckets(es->hop_index(), es->hop_count(), &e.hops);
       e.hop_max_ns = es->hop_max_ns();
       f.edges.push_back(e);
     }

@@ -293,7 +293,8 @@ TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLate
   EXPECT_EQ(steps["sink"], 40);
   const auto report = nlohmann::json::parse(slurp(dir.file("report.json")), nullptr, false);
   ASSERT_TRUE(report.is_object());
-  EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 1900u);
+  // One step in 16 is measured: 2000 / 16, but for the last few not handed over.
+  EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 90u);
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["p99"].get<double>(), 0.0);
   EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
 }

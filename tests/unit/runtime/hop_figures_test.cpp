@@ -38,6 +38,20 @@ TEST(HopFigures, ASourcesEnvelopeCountsFromItsCapture) {
   EXPECT_EQ(edge.snapshot().max_ns(), 3000);
 }
 
+TEST(HopFigures, OneStepInSixteenIsMeasured) {
+  SharedLatency residence;
+  SharedLatency edge;
+  for (int i = 0; i < 64; ++i) record_hops(&residence, &edge, nullptr, TraceStep{}, header(1, 1000, {5000, 8000}), 9500);
+  residence.flush();
+  edge.flush();
+  EXPECT_EQ(residence.snapshot().count(), 64u / kHopSampleEvery);
+  EXPECT_EQ(edge.snapshot().count(), 64u / kHopSampleEvery) << "the same steps";
+  SharedLatency alone;
+  for (int i = 0; i < 32; ++i) record_hops(nullptr, &alone, nullptr, TraceStep{}, header(1, 1000, {5000, 8000}), 9500);
+  alone.flush();
+  EXPECT_EQ(alone.snapshot().count(), 2u) << "without a residence, the edge counts the steps";
+}
+
 TEST(HopFigures, AFullHopTraceIsNotMeasured) {
   SharedLatency residence;
   record_hops(&residence, nullptr, nullptr, TraceStep{}, header(1, 1, {1, 2, 3, 4, 5, 6, 7, 8}), 100);
