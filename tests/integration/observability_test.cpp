@@ -61,7 +61,8 @@ std::uint64_t work_processed(const std::string& metrics) {
 /// the work stage on u1, a unit process of its own. Endless until stopped.
 class TwoProcesses {
  public:
-  explicit TwoProcesses(const std::vector<std::string>& coordinator_flags) {
+  explicit TwoProcesses(const std::vector<std::string>& coordinator_flags,
+                        const std::vector<std::string>& unit_flags = {}) {
     file_ = dir_.write("obs.yaml",
                        "pipeline: observed\ncoordinator: \"ipc://" + dir_.file("c.sock") + "\"\nunits:\n"
                        "  - {id: u0, endpoint: \"ipc://" + dir_.file("u0.sock") + "\"}\n"
@@ -72,7 +73,9 @@ class TwoProcesses {
                        "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: source/out},\n"
                        "     params: {service_us: 50}, placement: {units: [u1]}}\n"
                        "  - {id: sink, type: sim.sink, inputs: {in: work/out}, placement: {units: [u0]}}\n");
-    unit_ = spawn_cli({"unit", file_, "--id", "u1", "--figures-ms", "200"}, dir_.file("u1.out"), dir_.file("u1.err"));
+    std::vector<std::string> unit{"unit", file_, "--id", "u1", "--figures-ms", "200"};
+    unit.insert(unit.end(), unit_flags.begin(), unit_flags.end());
+    unit_ = spawn_cli(unit, dir_.file("u1.out"), dir_.file("u1.err"));
     std::vector<std::string> args{"run", file_, "--quiet", "--units", "u0"};
     args.insert(args.end(), coordinator_flags.begin(), coordinator_flags.end());
     coordinator_ = spawn_cli(args, dir_.file("c.out"), dir_.file("c.err"));
@@ -297,6 +300,41 @@ TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLate
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 90u);
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["p99"].get<double>(), 0.0);
   EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
+}
+
+TEST(Observability, TracesOfTwoProcessesLineUpOnTheCoordinatorsClock) {
+  const int port = free_port();
+  TempDir traces;
+  TwoProcesses run({"--metrics", "127.0.0.1:" + std::to_string(port), "--trace", traces.file("c.json")},
+                   {"--trace", traces.file("u1.json"), "--trace-every", "100"});
+  ASSERT_FALSE(get(port, "/metrics", [](const std::string& body) { return work_processed(body) > 500; }).empty())
+      << run.log();
+  EXPECT_EQ(run.stop(), 0) << run.log();
+  const auto c = nlohmann::json::parse(slurp(traces.file("c.json")), nullptr, false);
+  const auto u = nlohmann::json::parse(slurp(traces.file("u1.json")), nullptr, false);
+  ASSERT_TRUE(c.is_object() && u.is_object()) << run.log();
+  // Where each sampled envelope was at work (u1's file) and at the sink (the coordinator's).
+  std::map<std::pair<std::uint64_t, std::uint64_t>, double> work_end, sink_start;
+  for (const auto& e : u["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "work") {
+      work_end[{e["args"]["stream"], e["args"]["seq"]}] = e["ts"].get<double>() + e["dur"].get<double>();
+    }
+  }
+  for (const auto& e : c["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "sink") sink_start[{e["args"]["stream"], e["args"]["seq"]}] = e["ts"];
+  }
+  ASSERT_FALSE(work_end.empty()) << "u1 traced no work step";
+  int matched = 0;
+  for (const auto& [key, end] : work_end) {
+    auto it = sink_start.find(key);
+    if (it == sink_start.end()) continue;
+    ++matched;
+    // After work ended, the sink got it: later, and soon, on one timeline
+    // (allowing the offset's error bound, well under a millisecond here).
+    EXPECT_GT(it->second, end - 1000.0) << "stream " << key.first << " seq " << key.second;
+    EXPECT_LT(it->second, end + 1'000'000.0) << "stream " << key.first << " seq " << key.second;
+  }
+  EXPECT_GT(matched, 0) << "no envelope traced in both processes";
 }
 
 /// The first ```yaml block after `heading` in `text`, or "".
