@@ -35,6 +35,7 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "bench_args.hpp"
+#include "observe.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::PayloadPtr)
 
@@ -58,6 +59,7 @@ struct Options {
   int payload_bytes = 64;
   std::string json_path;           ///< write the results as JSON here when set
   std::string only;                ///< "raw" or "swarmflow": run one side only (for profiling)
+  int observe_cost = 0;            ///< pairs of swarmflow runs unobserved / observed (0: none)
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -73,6 +75,9 @@ bool parse(int argc, char** argv, Options& o) {
       integer_flag("--payload-bytes", "B", o.payload_bytes, "bytes of data per Blob (default 64)"),
       text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
       text_flag("--only", "SIDE", o.only, "run only `raw` or only `swarmflow` (to profile one side)"),
+      integer_flag("--observe-cost", "R", o.observe_cost,
+                   "also R throughput runs of swarmflow unobserved (no hop figures, nothing asks) and observed "
+                   "(hop figures, report + JSON + /metrics text every 100 ms), alternating (default 0)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (!o.only.empty() && o.only != "raw" && o.only != "swarmflow") {
@@ -322,9 +327,18 @@ std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
   return it == s->counters.end() ? 0 : it->second;
 }
 
-RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz) {
+/// How a swarmflow run is watched: `plain` as the rest of the benchmark,
+/// `unobserved` without hop figures, `observed` with them and a Scraper.
+enum class Watch { plain, unobserved, observed };
+
+/// Mean time of one look of the Scraper in observed runs, in µs.
+double g_look_us_sum = 0;
+int g_look_runs = 0;
+
+RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz, Watch watch = Watch::plain) {
   swarmflow::RuntimeOptions ro;
   ro.threads = o.threads;
+  ro.hop_figures = watch != Watch::unobserved;
   swarmflow::Runtime runtime(ro);
   std::vector<swarmflow::Diagnostic> diagnostics;
   RunResult r;
@@ -333,7 +347,15 @@ RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz) {
     std::fprintf(stderr, "the bench pipeline does not load:\n%s\n", swarmflow::format_diagnostics(diagnostics).c_str());
     return r;
   }
-  s = runtime.run();
+  {
+    std::unique_ptr<swarmflow::bench::Scraper> scraper;
+    if (watch == Watch::observed) scraper = std::make_unique<swarmflow::bench::Scraper>(runtime, std::chrono::milliseconds(100));
+    s = runtime.run();
+    if (scraper && scraper->scrapes() > 0) {
+      g_look_us_sum += scraper->look_us();
+      ++g_look_runs;
+    }
+  }
   const swarmflow::RunReport report = runtime.report();
   const auto* sink = report.stage("sink");
   std::uint64_t dropped = 0;
@@ -450,6 +472,21 @@ int main(int argc, char** argv) {
         static_cast<long long>(sf_lat.back().dropped), problems(raw_lat.back(), sf_lat.back()).c_str());
     std::fflush(stdout);
   }
+  // What watching costs: the same saturated run unobserved and observed,
+  // alternating which goes first.
+  std::vector<RunResult> off_runs, on_runs;
+  for (int i = 0; i < o.observe_cost; ++i) {
+    if (i % 2 == 1) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
+    off_runs.push_back(run_swarmflow(o, o.n, 0, Watch::unobserved));
+    if (i % 2 == 0) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
+    std::printf("  observe-cost run %d: unobserved %.0f msg/s, observed %.0f msg/s%s\n", i + 1,
+                per_s(o.n, off_runs.back()), per_s(o.n, on_runs.back()),
+                problems(off_runs.back(), on_runs.back()).c_str());
+    std::fflush(stdout);
+  }
+  for (const auto* runs : {&off_runs, &on_runs}) {
+    for (const auto& r : *runs) all_ok = all_ok && r.ok;
+  }
   std::int64_t total_dropped = 0;
   for (const auto* runs : {&raw_tp, &sf_tp, &raw_lat, &sf_lat}) {
     for (const auto& r : *runs) {
@@ -490,6 +527,27 @@ int main(int argc, char** argv) {
   std::printf("  (a paced swarmflow source is live: what finds no credit is dropped and counted, the raw\n"
               "   source only ever sends late; the raw source fell up to %.2f ms behind schedule)\n",
               rl.source_lag_ms);
+  if (o.observe_cost > 0) {
+    const double off = per_s(o.n, median_by(off_runs, by_seconds));
+    const double on = per_s(o.n, median_by(on_runs, by_seconds));
+    std::printf("\nwhat watching costs (saturated, N=%lld, median of %d)  unobserved     observed   observed/unobserved\n",
+                static_cast<long long>(o.n), o.observe_cost);
+    std::printf("  messages/s                      %12.0f   %12.0f   %8.3f\n", off, on, ratio(on, off));
+    std::printf("  (observed: hop figures recorded, and the report, its JSON and its /metrics text made every\n"
+                "   100 ms; unobserved: neither)\n");
+    std::printf("  target: observed >= 0.98 x unobserved: %s (%.3f)\n", ratio(on, off) >= 0.98 ? "met" : "NOT met",
+                ratio(on, off));
+    // The same cost from its parts, which the machine's noise moves less:
+    // measuring a step, against the time the chain spends per step, and one
+    // look, against the 100 ms between looks.
+    const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000);
+    const double chain_step_ns = off > 0 ? 1e9 * o.threads / (off * kHops) : 0;
+    const double look_us = g_look_runs > 0 ? g_look_us_sum / g_look_runs : 0;
+    std::printf("  from its parts: measuring a step %.2f ns (one in %llu recorded) = %.2f%% of the %.0f ns of worker\n"
+                "  time the chain spends per step; one look %.0f us every 100 ms = %.2f%% of one core\n",
+                step_ns, static_cast<unsigned long long>(swarmflow::runtime::kHopSampleEvery),
+                chain_step_ns > 0 ? 100 * step_ns / chain_step_ns : 0, chain_step_ns, look_us, look_us / 1e3);
+  }
   std::printf("\n  target: swarmflow throughput >= 0.70 x raw CAF: %s (%.2f)\n",
               ratio(sf_mps, raw_mps) >= 0.7 ? "met" : "NOT met", ratio(sf_mps, raw_mps));
   std::printf("  every run delivered every message once and in order, but for counted drops at a live\n"

@@ -48,6 +48,7 @@
 #include <swarmflow/swarmflow.hpp>
 
 #include "bench_args.hpp"
+#include "observe.hpp"
 
 namespace {
 
@@ -76,6 +77,7 @@ struct Options {
   bool malloc_defaults = false;       ///< both sides on the C library's default malloc settings
   std::string json_path;
   std::set<std::string> only;         ///< restrictions: sides, transports, sizes
+  bool observe_cost = false;          ///< also swarmflow unobserved / observed, per row
 };
 
 const std::vector<std::string> kSides = {"raw", "swarmflow"};
@@ -114,6 +116,9 @@ bool parse(int argc, char** argv, Options& o) {
                 "comma-separated: raw, swarmflow, inproc, ipc, tcp, small, frames;\n"
                 "e.g. --only tcp,frames or --only swarmflow (to profile one side)"),
       text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
+      switch_flag("--observe-cost", o.observe_cost,
+                  "also run each row's swarmflow throughput unobserved (no hop figures, nothing asks) and observed\n"
+                  "(hop figures, report + JSON + /metrics text every 100 ms), alternating, as many times as its runs"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   for (std::size_t start = 0; !only.empty() && start <= only.size();) {
@@ -422,6 +427,8 @@ struct SwarmflowCase {
   std::int64_t n = 0;
   double rate_hz = 0;
   int capacity = 64;
+  /// 0: as the rest of the benchmark; 1: unobserved (no hop figures); 2: observed (hop figures and a Scraper).
+  int watch = 0;
 };
 
 std::string units_yaml(Env& env, const std::string& transport) {
@@ -470,6 +477,7 @@ RunResult run_swarmflow(const Options& o, Env& env, const SwarmflowCase& c) {
   swarmflow::RuntimeOptions ro;
   ro.threads = o.threads;
   ro.tune_allocator = !o.malloc_defaults;
+  ro.hop_figures = c.watch != 1;
   if (c.transport == "tcp") ro.secret_key_path = env.key_path;
   swarmflow::Runtime runtime(ro);
   std::vector<swarmflow::Diagnostic> diagnostics;
@@ -480,7 +488,11 @@ RunResult run_swarmflow(const Options& o, Env& env, const SwarmflowCase& c) {
     r.problem = "does not load";
     return r;
   }
-  s = runtime.run();
+  {
+    std::unique_ptr<swarmflow::bench::Scraper> scraper;
+    if (c.watch == 2) scraper = std::make_unique<swarmflow::bench::Scraper>(runtime, std::chrono::milliseconds(100));
+    s = runtime.run();
+  }
   const swarmflow::RunReport report = runtime.report();
   const auto* sink = report.stage("sink");
   std::uint64_t dropped = 0;
@@ -687,6 +699,26 @@ int main(int argc, char** argv) {
     for (const auto& r : plain_runs) row.plain_tp_runs.push_back(r.per_s());
     if (!raw_runs.empty()) row.raw_tp = median_run(raw_runs);
     if (!sf_runs.empty()) row.sf_tp = median_run(sf_runs);
+    if (o.observe_cost && run_sf_side) {
+      SwarmflowCase off = sf;
+      off.watch = 1;
+      SwarmflowCase on = sf;
+      on.watch = 2;
+      std::vector<RunResult> off_runs, on_runs;
+      for (int i = 0; i < row.repeat; ++i) {
+        if (i % 2 == 1) on_runs.push_back(run_swarmflow(o, env, on));
+        off_runs.push_back(run_swarmflow(o, env, off));
+        if (i % 2 == 0) on_runs.push_back(run_swarmflow(o, env, on));
+        all_ok = all_ok && off_runs.back().ok && on_runs.back().ok;
+      }
+      const double a = median_run(off_runs).per_s();
+      const double b = median_run(on_runs).per_s();
+      std::printf("  %-6s %-9s what watching costs: unobserved %.0f msg/s, observed %.0f msg/s, observed/unobserved "
+                  "%.3f (median of %d; target >= 0.98: %s)\n",
+                  row.transport.c_str(), size_name(row).c_str(), a, b, a > 0 ? b / a : 0.0, row.repeat,
+                  a > 0 && b / a >= 0.98 ? "met" : "NOT met");
+      std::fflush(stdout);
+    }
     if (!plain_runs.empty()) row.plain_tp = median_run(plain_runs);
     for (const auto* runs : {&raw_runs, &sf_runs, &plain_runs}) {
       for (const auto& r : *runs) all_ok = all_ok && r.ok;

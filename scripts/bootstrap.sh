@@ -21,6 +21,8 @@ packages=(
   libcpp-httplib-dev                            # --metrics serves /metrics over HTTP
   prometheus                                    # promtool and a real server scrape /metrics in the tests
   libeigen3-dev                                 # the lm pack's matrix products
+  tmux                                          # `swarmflow top` is tested in a tmux pane
+  chromium                                      # the web view (--web) is tested in headless Chromium
 )
 
 # Node.js and npm run the tests' HTTP clients (tests/clients); a machine

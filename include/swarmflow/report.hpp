@@ -63,6 +63,12 @@ struct StageReport {
   /// kServiceBucketsS (cumulative), and their sum.
   std::vector<std::uint64_t> latency_le;
   double latency_sum_s = 0;
+  /// Residence: from an envelope's arrival at a replica to the end of its
+  /// step (queue and service), over all replicas, wherever they ran; the
+  /// histogram as for `latency_le`.
+  LatencySummary residence;
+  std::vector<std::uint64_t> residence_le;
+  double residence_sum_s = 0;
 };
 
 /// One edge: output port -> input port.
@@ -89,6 +95,13 @@ struct EdgeReport {
   /// (its figures died with it); what the new replica received again is.
   std::uint64_t replayed = 0;
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
+  /// Hop latency: from an envelope's arrival at the producer (its capture,
+  /// for a source's) to its arrival at the consumer, so the producer's
+  /// residence and the way over the edge; across processes with their clock
+  /// offset corrected. The histogram as for StageReport::latency_le.
+  LatencySummary latency;
+  std::vector<std::uint64_t> latency_le;
+  double latency_sum_s = 0;
 };
 
 /// One unit's data plane: what crossed it and what was refused.
@@ -103,6 +116,15 @@ struct UnitReport {
   std::uint64_t refused_handshakes = 0;  ///< peers refused by CURVE/ZAP (plaintext, wrong or unknown key)
   std::uint64_t load_reports = 0;        ///< load reports the coordinator received from it
   double utilisation = 0;                ///< busy fraction of its worker threads in the last report
+  double speed = 1;                      ///< its speed factor now (`speed:`, changed by `scenario:`)
+  /// Its process's steady clock against the coordinator's (the
+  /// coordinator's minus its own), as heartbeats measured it, in ms, and
+  /// how far off that may be (half the round trip it was measured with).
+  /// Times from its process (capture, hops) are corrected by it. 0 for the
+  /// coordinator's own units; `clock_known` false while not measured.
+  bool clock_known = false;
+  double clock_offset_ms = 0;
+  double clock_error_ms = 0;
   std::map<std::string, std::uint64_t> rejected_by_reason;
 };
 

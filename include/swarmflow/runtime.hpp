@@ -43,6 +43,18 @@ struct RuntimeOptions {
   /// while other threads may already be allocating. False leaves the C
   /// library's allocator as the application set it.
   bool tune_allocator = true;
+  /// A unit process sends its figures (counters, histograms, queue depths)
+  /// to the coordinator this often, in ms, so that the coordinator's
+  /// progress line, report, metrics, `swarmflow top` and web view show them
+  /// live; 0 sends them only at the end (UnitDone).
+  int figures_ms = 500;
+  /// Samples every envelope whose seq is a multiple of this at every step
+  /// of this process's replicas, for `trace()`; 0: none.
+  std::uint64_t trace_every = 0;
+  /// Record each step's residence (arrival -> end of step) and each edge's
+  /// hop latency into the report's histograms. Off only to measure what
+  /// they cost (the chain and transport benchmarks' --observe-cost).
+  bool hop_figures = true;
 };
 
 /// Makes a CURVE key pair for a unit (or the coordinator) and writes it to
@@ -101,6 +113,10 @@ class Runtime {
   RunReport report() const;
   /// The loaded graph in Graphviz DOT.
   std::string dot() const;
+  /// With RuntimeOptions::trace_every: the sampled steps as Chrome
+  /// trace-event JSON (Perfetto, chrome://tracing), at most 200 000 of them
+  /// (the rest counted in otherData.dropped_steps); empty without it.
+  std::string trace() const;
 
  private:
   struct Impl;

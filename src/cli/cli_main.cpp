@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <swarmflow/cli.hpp>
 #include <swarmflow/log.hpp>
@@ -30,6 +31,7 @@
 #include "cli/metrics_server.hpp"
 #include "cli/progress.hpp"
 #include "cli/serve_api.hpp"
+#include "cli/top.hpp"
 #include "config/pipeline_spec.hpp"
 #include "graph/graph.hpp"
 #include "lm/serve_hub.hpp"
@@ -137,11 +139,24 @@ struct RunArgs {
   bool coordinator = true;         ///< false for `swarmflow unit`
   int join_timeout_ms = 30000;
   std::string secret_key;
-  std::string metrics;  ///< --metrics HOST:PORT: serve /metrics there
+  std::string metrics;  ///< --metrics HOST:PORT: serve /metrics and /api/v1 there
+  std::string web;      ///< --web HOST:PORT: serve the live web view there
+  int figures_ms = 500;  ///< --figures-ms: a unit process sends its figures this often
+  std::string trace;     ///< --trace FILE: Chrome trace events of a sample of envelopes
+  std::uint64_t trace_every = 100;  ///< --trace-every N: sample envelopes whose seq is a multiple of N
   /// `swarmflow serve`: the HTTP API's options (address empty for `run`).
   swarmflow::cli::ServeOptions serve;
   std::size_t max_active = 64;  ///< --max-active: requests in flight at most; more get 429
 };
+
+/// /api/v1/state: the run report as it stands, on one line (an SSE event
+/// carries it as one `data:` line), with the API's version.
+std::string api_state(const swarmflow::Runtime& rt) {
+  auto j = nlohmann::ordered_json::parse(rt.report().to_json(), nullptr, false);
+  if (!j.is_object()) return "{}";
+  j["api_version"] = 1;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 /// What the summary needs to know of the pipeline beyond the report.
 struct PipelineFacts {
@@ -242,14 +257,22 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
   options.coordinator = args.coordinator;
   options.join_timeout_ms = args.join_timeout_ms;
   options.secret_key_path = args.secret_key;
+  options.figures_ms = args.figures_ms;
+  if (!args.trace.empty()) options.trace_every = args.trace_every;
   swarmflow::Runtime rt(options);
   if (!stages.add_to(rt.registry())) return kExitInvalid;
   if (int rc = load(rt, args.file); rc != kExitOk) return rc;
+  if (!args.trace.empty() && !std::ofstream(args.trace)) {
+    std::fprintf(stderr, "swarmflow: --trace: cannot write to %s\n", args.trace.c_str());
+    return kExitInvalid;
+  }
   std::unique_ptr<swarmflow::cli::MetricsServer> metrics;
   if (!args.metrics.empty()) {
     std::string error;
-    metrics = swarmflow::cli::MetricsServer::start(
-        args.metrics, [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); }, &error);
+    swarmflow::cli::HttpViews views;
+    views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
+    views.state = [&rt] { return api_state(rt); };
+    metrics = swarmflow::cli::MetricsServer::start("--metrics", args.metrics, std::move(views), &error);
     if (!metrics) {
       std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
       return kExitInvalid;
@@ -280,6 +303,19 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
       if (on) swarmflow::lm::attach_serve_hub(nullptr);
     }
   } detach{serving};
+  std::unique_ptr<swarmflow::cli::MetricsServer> web;
+  if (!args.web.empty()) {
+    std::string error;
+    swarmflow::cli::HttpViews views;
+    views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
+    views.state = [&rt] { return api_state(rt); };
+    views.web = true;
+    web = swarmflow::cli::MetricsServer::start("--web", args.web, std::move(views), &error);
+    if (!web) {
+      std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
+      return kExitInvalid;
+    }
+  }
   install_signal_handlers();
   swarmflow::Status s = rt.start();
   if (!s.ok()) {
@@ -362,6 +398,14 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     out << report.to_json() << '\n';
     if (!out) {
       std::fprintf(stderr, "swarmflow: cannot write report to %s\n", args.report.c_str());
+      return kExitRuntime;
+    }
+  }
+  if (!args.trace.empty()) {
+    std::ofstream out(args.trace);
+    out << rt.trace() << '\n';
+    if (!out) {
+      std::fprintf(stderr, "swarmflow: cannot write the trace to %s\n", args.trace.c_str());
       return kExitRuntime;
     }
   }
@@ -519,6 +563,13 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
       ->type_name("HOST:PORT");
   run->add_option("--secret-key", run_args.secret_key, "key pair of the units and coordinator hosted here (tcp)")
       ->type_name(kFileValue);
+  run->add_option("--web", run_args.web, "serve a live web view of the run at http://HOST:PORT/")
+      ->type_name("HOST:PORT");
+  run->add_option("--trace", run_args.trace,
+                  "write a sample of envelopes' steps as Chrome trace events (Perfetto, chrome://tracing) to this file")
+      ->type_name(kFileValue);
+  run->add_option("--trace-every", run_args.trace_every, "with --trace: sample the envelopes whose seq is a multiple of N")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
 
   RunArgs serve_args;
   auto* serve = app.add_subcommand(
@@ -563,6 +614,22 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
       ->type_name("HOST:PORT");
   unit->add_option("--secret-key", unit_args.secret_key, "this unit's key pair file (for tcp endpoints)")
       ->type_name(kFileValue);
+  unit->add_option("--trace", unit_args.trace,
+                   "write a sample of this unit's envelope steps as Chrome trace events, on the coordinator's clock")
+      ->type_name(kFileValue);
+  unit->add_option("--trace-every", unit_args.trace_every, "with --trace: sample the envelopes whose seq is a multiple of N")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  unit->add_option("--figures-ms", unit_args.figures_ms,
+                   "send this unit's figures to the coordinator this often, in ms (0: only at the end)")
+      ->check(CLI::Range(0, 3600000));
+
+  std::string top_address;
+  double top_interval_s = 1.0;
+  auto* top = app.add_subcommand("top", "attach to a running coordinator and show its units, stages, edges and failovers");
+  top->add_option("address", top_address, "the coordinator's --metrics or --web address")
+      ->required()
+      ->type_name("HOST:PORT");
+  top->add_option("--interval", top_interval_s, "seconds between looks")->check(CLI::Range(0.1, 60.0));
 
   std::string keygen_path;
   bool keygen_force = false;
@@ -638,6 +705,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
     unit_args.units = {unit_id};
     return cmd_run(unit_args, stages);
   }
+  if (*top) return swarmflow::cli::run_top(top_address, top_interval_s);
   if (*validate) return cmd_validate(validate_file, stages);
   if (*keygen) return cmd_keygen(keygen_path, keygen_force);
   if (*graph) return cmd_graph(graph_file, stages);

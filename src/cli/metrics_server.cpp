@@ -1,7 +1,11 @@
-// `--metrics HOST:PORT` (see metrics_server.hpp), with cpp-httplib.
+// `--metrics HOST:PORT` and `--web HOST:PORT` (see metrics_server.hpp), with cpp-httplib.
 
 #include "cli/metrics_server.hpp"
 
+#include "cli/http_address.hpp"
+
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include <httplib.h>
@@ -12,11 +16,13 @@ struct MetricsServer::Impl {
   httplib::Server server;
   std::thread thread;
   int port = 0;
+  std::atomic<bool> stopping{false};
 };
 
 MetricsServer::MetricsServer() : impl_(std::make_unique<Impl>()) {}
 
 MetricsServer::~MetricsServer() {
+  impl_->stopping.store(true);
   impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
@@ -25,46 +31,74 @@ int MetricsServer::port() const { return impl_->port; }
 
 std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& address, std::function<std::string()> text,
                                                     std::string* error) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    *error = "--metrics: expected HOST:PORT, got '" + address + "'";
-    return nullptr;
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  HttpViews views;
+  views.metrics = std::move(text);
+  return start("--metrics", address, std::move(views), error);
+}
+
+std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& flag, const std::string& address,
+                                                    HttpViews views, std::string* error) {
+  std::string host;
   int port = -1;
-  try {
-    std::size_t used = 0;
-    port = std::stoi(address.substr(colon + 1), &used);
-    if (used != address.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (port < 0 || port > 65535) {
-    *error = "--metrics: the port in '" + address + "' must be a number from 0 to 65535";
-    return nullptr;
-  }
+  if (!parse_host_port(address, flag, host, port, error)) return nullptr;
   std::unique_ptr<MetricsServer> s(new MetricsServer());
-  s->impl_->server.Get("/metrics", [text = std::move(text)](const httplib::Request&, httplib::Response& res) {
-    res.set_content(text(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s->impl_->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("swarmflow: the figures are at /metrics\n", "text/plain");
-  });
+  Impl* impl = s->impl_.get();
+  if (views.metrics) {
+    impl->server.Get("/metrics", [text = views.metrics](const httplib::Request&, httplib::Response& res) {
+      res.set_content(text(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+  if (views.state) {
+    impl->server.Get("/api/v1/state", [state = views.state](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(state(), "application/json");
+    });
+    const auto period = std::chrono::milliseconds(std::max(50, views.events_ms));
+    impl->server.Get("/api/v1/events", [state = views.state, period, impl](const httplib::Request&,
+                                                                            httplib::Response& res) {
+      res.set_header("Cache-Control", "no-store");
+      res.set_chunked_content_provider(
+          "text/event-stream", [state, period, impl, first = true](std::size_t, httplib::DataSink& sink) mutable {
+            // One event per call: the first at once, then one a period.
+            if (!first) {
+              const auto due = std::chrono::steady_clock::now() + period;
+              while (std::chrono::steady_clock::now() < due) {
+                if (impl->stopping.load()) return false;
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+              }
+            }
+            first = false;
+            if (impl->stopping.load()) return false;
+            const std::string event = "event: state\ndata: " + state() + "\n\n";
+            return sink.write(event.data(), event.size());
+          });
+    });
+  }
+  if (views.web) {
+    impl->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(web_view_page(), "text/html; charset=utf-8");
+    });
+  } else {
+    const bool api = static_cast<bool>(views.state);
+    impl->server.Get("/", [api](const httplib::Request&, httplib::Response& res) {
+      res.set_content(api ? "swarmflow: the figures are at /metrics and /api/v1/state\n"
+                          : "swarmflow: the figures are at /metrics\n",
+                      "text/plain");
+    });
+  }
   if (port == 0) {
-    s->impl_->port = s->impl_->server.bind_to_any_port(host);
-    if (s->impl_->port <= 0) {
-      *error = "--metrics: cannot listen on " + address;
+    impl->port = impl->server.bind_to_any_port(host);
+    if (impl->port <= 0) {
+      *error = flag + ": cannot listen on " + address;
       return nullptr;
     }
   } else {
-    if (!s->impl_->server.bind_to_port(host, port)) {
-      *error = "--metrics: cannot listen on " + address + " (in use, or not an address of this host)";
+    if (!impl->server.bind_to_port(host, port)) {
+      *error = flag + ": cannot listen on " + address + " (in use, or not an address of this host)";
       return nullptr;
     }
-    s->impl_->port = port;
+    impl->port = port;
   }
-  Impl* impl = s->impl_.get();
   impl->thread = std::thread([impl] { impl->server.listen_after_bind(); });
   return s;
 }

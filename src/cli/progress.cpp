@@ -182,6 +182,31 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                   "    several replicas and finish out of order. Use `key: stream` to keep each stream's order.\n",
                   s.id.c_str(), stages.c_str(), parallel.size() == 1 ? "has" : "have");
   }
+  bool hops = false;
+  for (const auto& s : r.stages) hops = hops || s.residence.count > 0;
+  if (hops) {
+    out += format("\n  %-32s %10s %9s %9s   (residence: arrival -> end of step)\n", "latency per hop", "count",
+                  "p50 ms", "p99 ms");
+    for (const auto& s : r.stages) {
+      if (s.residence.count == 0) continue;
+      out += format("  %-32s %10" PRIu64 " %9.3f %9.3f\n", ("at " + s.id).c_str(), s.residence.count,
+                    s.residence.p50_ms, s.residence.p99_ms);
+    }
+    for (const auto& e : r.edges) {
+      if (e.latency.count == 0) continue;
+      out += format("  %-32s %10" PRIu64 " %9.3f %9.3f\n", (e.from + " -> " + e.to).c_str(), e.latency.count,
+                    e.latency.p50_ms, e.latency.p99_ms);
+    }
+  }
+  std::string clocks;
+  for (const auto& u : r.units) {
+    if (!u.clock_known || (u.clock_offset_ms == 0 && u.clock_error_ms == 0)) continue;
+    clocks += format("%s%s %+.3f ms (+-%.3f)", clocks.empty() ? "" : ", ", u.id.c_str(), u.clock_offset_ms,
+                     u.clock_error_ms);
+  }
+  if (!clocks.empty()) {
+    out += "\n  clock offsets against the coordinator (corrected in capture and hop times): " + clocks + "\n";
+  }
   if (!r.failovers.empty()) {
     std::uint64_t replayed = 0;
     for (const auto& e : r.edges) replayed += e.replayed;

@@ -146,8 +146,31 @@ std::string to_prometheus(const RunReport& r) {
     w.histogram("swarmflow_sink_latency_seconds", {{"stage", s.id}}, s.latency_le, s.latency.count, s.latency_sum_s);
   }
 
+  w.family("swarmflow_stage_residence_seconds", "histogram",
+           "Time from an envelope's arrival at a stage's replica to the end of its step (queue wait and service).");
+  for (const auto& s : r.stages) {
+    w.histogram("swarmflow_stage_residence_seconds", {{"stage", s.id}}, s.residence_le, s.residence.count,
+                s.residence_sum_s);
+  }
+  w.family("swarmflow_edge_latency_seconds", "histogram",
+           "Time from an envelope's arrival at the producer (its capture, at a source) to its arrival at the "
+           "consumer; across processes, corrected by their clock offset.");
+  for (const auto& e : r.edges) {
+    w.histogram("swarmflow_edge_latency_seconds", edge_labels(e), e.latency_le, e.latency.count, e.latency_sum_s);
+  }
+
   w.family("swarmflow_unit_utilization", "gauge", "Busy fraction of a unit's worker threads in its last load report.");
   for (const auto& u : r.units) w.sample("swarmflow_unit_utilization", {{"unit", u.id}}, u.utilisation);
+  w.family("swarmflow_unit_clock_offset_seconds", "gauge",
+           "The coordinator's steady clock minus that of a unit's process, as heartbeats measured it.");
+  for (const auto& u : r.units) {
+    if (u.clock_known) w.sample("swarmflow_unit_clock_offset_seconds", {{"unit", u.id}}, u.clock_offset_ms / 1e3);
+  }
+  w.family("swarmflow_unit_clock_error_seconds", "gauge",
+           "How far off a unit's clock offset may be: half the round trip it was measured with.");
+  for (const auto& u : r.units) {
+    if (u.clock_known) w.sample("swarmflow_unit_clock_error_seconds", {{"unit", u.id}}, u.clock_error_ms / 1e3);
+  }
   w.family("swarmflow_unit_replicas", "gauge", "Replicas a unit hosts by the placement in force.");
   for (const auto& u : r.units) w.sample("swarmflow_unit_replicas", {{"unit", u.id}}, static_cast<std::uint64_t>(u.replicas));
   w.family("swarmflow_transport_rejected_total", "counter",

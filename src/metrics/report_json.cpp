@@ -21,6 +21,16 @@ std::int64_t counter_or(const StageReport& s, const std::string& name, std::int6
   return it == s.counters.end() ? fallback : it->second;
 }
 
+Json summary_json(const LatencySummary& l) {
+  Json j = Json::object();
+  j["count"] = l.count;
+  j["p50"] = l.p50_ms;
+  j["p99"] = l.p99_ms;
+  j["p999"] = l.p999_ms;
+  j["max"] = l.max_ms;
+  return j;
+}
+
 Json stage_json(const StageReport& s) {
   Json j = Json::object();
   j["type"] = s.type;
@@ -30,6 +40,8 @@ Json stage_json(const StageReport& s) {
   j["restarts"] = s.restarts;
   j["dead_letters"] = s.dead_letters;
   j["counters"] = counters_json(s.counters);
+  j["queued"] = s.queued;
+  j["residence_ms"] = summary_json(s.residence);
   if (!s.histograms.empty()) {
     Json h = Json::object();
     for (const auto& [name, v] : s.histograms) {
@@ -61,6 +73,7 @@ Json edge_json(const EdgeReport& e) {
   j["peak_retained"] = e.peak_retained;
   j["replayed"] = e.replayed;
   j["overflow"] = e.overflow;
+  j["latency_ms"] = summary_json(e.latency);
   return j;
 }
 
@@ -91,6 +104,9 @@ Json unit_json(const UnitReport& u) {
   j["refused_handshakes"] = u.refused_handshakes;
   j["load_reports"] = u.load_reports;
   j["utilisation"] = u.utilisation;
+  j["speed"] = u.speed;
+  j["clock_offset_ms"] = u.clock_known ? Json(u.clock_offset_ms) : Json(nullptr);
+  j["clock_error_ms"] = u.clock_known ? Json(u.clock_error_ms) : Json(nullptr);
   Json reasons = Json::object();
   for (const auto& [reason, n] : u.rejected_by_reason) reasons[reason] = n;
   j["rejected_by_reason"] = std::move(reasons);

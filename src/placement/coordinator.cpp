@@ -47,6 +47,10 @@ struct State {
     heard_epoch.assign(n, 0);
     unit_state.assign(n, std::nullopt);
     left.assign(n, false);
+    clock_offsets.assign(n, {0, false});
+    for (std::size_t u = 0; u < n; ++u) {
+      if (!setup.remote[u]) clock_offsets[u] = {0, true};
+    }
     detectors = std::make_unique<FailureDetectors>(setup.spec->failure, n);
     if (!setup.clock) setup.clock = [] { return steady_now_ns(); };
   }
@@ -73,6 +77,31 @@ struct State {
   std::unique_ptr<FailureDetectors> detectors;
   std::string lost;  ///< why the first unit declared dead was; empty while none is
   Snapshots snapshots;
+  /// By unit: its clock offset as it last reported it (units of this
+  /// process: 0, known), and when all were last shared with the units.
+  std::vector<std::pair<std::int64_t, bool>> clock_offsets;
+  std::int64_t clock_shared_ns = 0;
+
+  /// Tells every unit process every unit's clock offset, at most once a second.
+  void share_clock_offsets() {
+    const std::int64_t t = now();
+    if (clock_shared_ns != 0 && t - clock_shared_ns < 1'000'000'000) return;
+    clock_shared_ns = t;
+    std::vector<std::int64_t> offsets;
+    std::vector<bool> known;
+    for (const auto& [offset, k] : clock_offsets) {
+      offsets.push_back(offset);
+      known.push_back(k);
+    }
+    for (std::size_t u = 0; u < setup.remote.size(); ++u) {
+      if (!setup.remote[u] || dead[u] || left[u] || done[u]) continue;
+      send(u, transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+             auto k = fbb.CreateVector(known);
+             return std::make_pair(schema::ControlBody::ClockOffsets,
+                                   schema::CreateClockOffsets(fbb, fbb.CreateVector(offsets), k).Union());
+           }));
+    }
+  }
 
   // -- the failure watch's schedule
   std::int64_t next_check_ns = 0;
@@ -200,6 +229,16 @@ struct State {
             runtime::decode_plan(*setup.graph, spec().units.size(), *m->plan(), &plan)) {
           unit_state[i] = std::make_pair(m->plan()->epoch(), std::move(plan));
         }
+        break;
+      }
+      case schema::ControlBody::UnitFigures: {
+        const auto* m = c.body_as_UnitFigures();
+        if (m->clock_delay_ns() >= 0) {
+          effects().record_clock(u, m->clock_offset_ns(), m->clock_delay_ns());
+          clock_offsets[i] = {m->clock_offset_ns(), true};
+          share_clock_offsets();
+        }
+        if (!done[i]) effects().merge_unit_figures(u, *m);
         break;
       }
       case schema::ControlBody::LoadReport:
@@ -359,6 +398,7 @@ struct State {
       const auto it = snapshots.find(m);
       if (it != snapshots.end() && it->second) {
         send(static_cast<std::size_t>(to), runtime::encode_restore(epoch, m.first, m.second, *it->second));
+        effects().carried_over(m.first, m.second, to);
       }
     }
     effects().apply_placement(plan.unit_of, epoch, snapshots);

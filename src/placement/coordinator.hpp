@@ -60,6 +60,14 @@ struct CoordinatorEffects {
   virtual void record_load(int unit, double utilisation) = 0;
   /// Adds a unit's final figures to the run's.
   virtual void merge_unit_done(int unit, const schema::UnitDone& done) = 0;
+  /// Takes a unit's figures so far (they replace what it said before).
+  virtual void merge_unit_figures(int /*unit*/, const schema::UnitFigures& /*figures*/) {}
+  /// Replica (node, replica) placed on unit process `unit` starts from a
+  /// snapshot: its counters carry those of its earlier hosts.
+  virtual void carried_over(int /*node*/, int /*replica*/, int /*unit*/) {}
+  /// Unit process `unit` measured its clock: the coordinator's minus its
+  /// own is `offset_ns`, within +- `delay_ns` / 2.
+  virtual void record_clock(int /*unit*/, std::int64_t /*offset_ns*/, std::int64_t /*delay_ns*/) {}
   /// `count` replicas have finished (their unit's UnitDone), or were lost.
   virtual void replicas_finished(int count) = 0;
   virtual void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) = 0;

@@ -53,7 +53,16 @@ void InboundBatcher::add(transport::Inbound&& in) {
       if (!in.payload && !sent_by_producer(*run, in)) return;
       Batch& b = batch_for(target, h.edge, h.from_replica);
       if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
-      b.envelopes.emplace_back(h.envelope, std::move(in.payload));
+      // Its times (capture, hops) read on this process's clock from here on.
+      const std::int64_t shift = in.sender >= 0 ? run->clock_shift_ns(in.sender, unit_) : 0;
+      if (shift == 0) {
+        b.envelopes.emplace_back(h.envelope, std::move(in.payload));
+      } else {
+        EnvelopeHeader shifted = h.envelope;
+        if (shifted.capture_ns != 0) shifted.capture_ns += shift;
+        for (std::uint8_t i = 0; i < shifted.hop_count && i < kMaxHops; ++i) shifted.hop_ns[i] += shift;
+        b.envelopes.emplace_back(shifted, std::move(in.payload));
+      }
       if (b.envelopes.size() >= kMaxInboundBatch) send(b);
       break;
     }

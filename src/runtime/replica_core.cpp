@@ -597,6 +597,11 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   setup_.stats->record_service(t1 - t0);
   setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
   if (sink_) setup_.stats->record_latency(t1 - item.envelope.header().capture_ns);
+  if (setup_.hop_figures || setup_.trace != nullptr) {
+    EdgeSideStats* in_stats = setup_.hop_figures ? in_[static_cast<std::size_t>(item.in)].stats : nullptr;
+    record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, in_stats != nullptr ? &in_stats->hops : nullptr,
+                setup_.trace, TraceStep{setup_.node, setup_.replica, setup_.unit}, item.envelope.header(), t1);
+  }
   emit_outputs();
   return true;
 }
@@ -709,6 +714,10 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
       setup_.stats->record_service(t - t0);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
+      if (setup_.hop_figures || setup_.trace != nullptr) {
+        record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, nullptr, setup_.trace,
+                    TraceStep{setup_.node, setup_.replica, setup_.unit}, first->header(), t);
+      }
       emit_outputs();
       return;
     }

@@ -64,6 +64,9 @@ struct ReplicaSetup {
   /// Its unit's speed factor as it changes (`scenario:`); `speed` when null.
   const std::atomic<double>* speed_now = nullptr;
   ReplicaStats* stats = nullptr;
+  int unit = 0;                   ///< its unit, for the trace
+  TraceBuffer* trace = nullptr;   ///< `--trace`: where sampled steps go; null: none
+  bool hop_figures = true;        ///< record residence and hop latency (RuntimeOptions::hop_figures)
   std::vector<EdgeSideStats*> in_stats;   ///< by edge id, null where not an in-edge
   std::vector<EdgeSideStats*> out_stats;  ///< by edge id, null where not an out-edge
   /// Which consumer replicas of each out-edge (by edge id) are on other units.

@@ -15,6 +15,7 @@
 #include <swarmflow/report.hpp>
 
 #include "metrics/histogram.hpp"
+#include "runtime/hop_figures.hpp"
 
 namespace swarmflow::runtime {
 
@@ -40,6 +41,9 @@ struct ReplicaStats {
     service_sum_ns.fetch_add(ns, std::memory_order_relaxed);
   }
 
+  /// Arrival -> end of step, per envelope (hop_figures.hpp).
+  SharedLatency residence;
+
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;
   void record_latency(std::int64_t ns);
@@ -63,6 +67,8 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> peak_in_flight{0};
   std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
   std::atomic<std::uint64_t> replayed{0};  ///< producer side: sent again to a consumer replica placed anew
+  /// Consumer side: arrival at the producer (or capture) -> arrival here (hop_figures.hpp).
+  SharedLatency hops;
 };
 
 }  // namespace swarmflow::runtime

@@ -27,7 +27,9 @@ RunReport build_report(const RunState& run) {
     s.replicas = node.decl->replicas;
     s.sink = node.out_edges.empty();
     metrics::LatencyHistogram latency;
+    metrics::LatencyHistogram residence;
     for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
+      residence.merge(stats->residence.snapshot());
       s.processed += stats->processed.load(std::memory_order_relaxed);
       s.errors += stats->errors.load(std::memory_order_relaxed);
       s.restarts += stats->restarts.load(std::memory_order_relaxed);
@@ -42,6 +44,11 @@ RunReport build_report(const RunState& run) {
       s.latency_le.push_back(latency.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
     }
     s.latency_sum_s = latency.sum_ns() / 1e9;
+    s.residence = residence.summary();
+    for (double bound : kServiceBucketsS) {
+      s.residence_le.push_back(residence.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
+    }
+    s.residence_sum_s = residence.sum_ns() / 1e9;
     r.stages.push_back(std::move(s));
   }
   for (const auto& edge : g.edges) {
@@ -58,11 +65,16 @@ RunReport build_report(const RunState& run) {
       e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
       e.replayed += side->replayed.load(std::memory_order_relaxed);
     }
+    metrics::LatencyHistogram hops;
     for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
+      hops.merge(side->hops.snapshot());
       e.delivered += side->delivered.load(std::memory_order_relaxed);
       e.refused += side->refused.load(std::memory_order_relaxed);
     }
     e.dropped += e.refused;
+    e.latency = hops.summary();
+    for (double bound : kServiceBucketsS) e.latency_le.push_back(hops.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
+    e.latency_sum_s = hops.sum_ns() / 1e9;
     r.edges.push_back(std::move(e));
   }
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
@@ -72,6 +84,13 @@ RunReport build_report(const RunState& run) {
     const UnitLoad load = run.load(static_cast<int>(u));
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
+    if (u < run.unit_speed.size() && run.unit_speed[u]) unit.speed = run.unit_speed[u]->load(std::memory_order_relaxed);
+    if (u < run.clock_delay_ns.size()) {
+      const std::int64_t delay = run.clock_delay_ns[u]->load(std::memory_order_relaxed);
+      unit.clock_known = delay >= 0;
+      unit.clock_offset_ms = unit.clock_known ? static_cast<double>(run.clock_offset_ns[u]->load()) / 1e6 : 0.0;
+      unit.clock_error_ms = unit.clock_known ? static_cast<double>(delay) / 2e6 : 0.0;
+    }
     if (u < run.transports.size() && run.transports[u]) {
       const auto& c = run.transports[u]->counters();
       unit.sent = c.sent.load();

@@ -97,6 +97,24 @@ std::optional<RemoteTransportStats> RunState::remote_transport(int unit) const {
   return it->second;
 }
 
+void RunState::set_clock_offset(int unit, std::int64_t offset_ns, std::int64_t delay_ns) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (unit < 0 || u >= clock_offset_ns.size()) return;
+  clock_offset_ns[u]->store(offset_ns, std::memory_order_relaxed);
+  clock_delay_ns[u]->store(delay_ns, std::memory_order_relaxed);
+}
+
+std::int64_t RunState::clock_shift_ns(int from, int to) const {
+  const auto f = static_cast<std::size_t>(from);
+  const auto t = static_cast<std::size_t>(to);
+  if (from < 0 || to < 0 || f >= clock_offset_ns.size() || t >= clock_offset_ns.size()) return 0;
+  if (clock_delay_ns[f]->load(std::memory_order_relaxed) < 0 || clock_delay_ns[t]->load(std::memory_order_relaxed) < 0) {
+    return 0;
+  }
+  // from's time + its offset = the coordinator's time; minus to's offset = to's time.
+  return clock_offset_ns[f]->load(std::memory_order_relaxed) - clock_offset_ns[t]->load(std::memory_order_relaxed);
+}
+
 void RunState::fail(const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_.empty()) error_ = message;

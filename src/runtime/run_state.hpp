@@ -54,6 +54,16 @@ struct RunState {
   /// By unit: its speed factor now (`scenario:` changes it during the run;
   /// stages read it at every step).
   std::vector<std::unique_ptr<std::atomic<double>>> unit_speed;
+  /// By unit: the coordinator's steady clock minus that of the unit's
+  /// process (0 in the coordinator's own), and the round trip of the
+  /// exchange it was measured with (-1: not known yet). Sized with the units
+  /// before the run starts; set from heartbeats and ClockOffsets.
+  std::vector<std::unique_ptr<std::atomic<std::int64_t>>> clock_offset_ns;
+  std::vector<std::unique_ptr<std::atomic<std::int64_t>>> clock_delay_ns;
+  void set_clock_offset(int unit, std::int64_t offset_ns, std::int64_t delay_ns);
+  /// What to add to a time read on unit `from`'s clock to read it on unit
+  /// `to`'s; 0 while either offset is unknown.
+  std::int64_t clock_shift_ns(int from, int to) const;
   /// Data plane of each unit hosted in this process (null for the others).
   std::vector<std::unique_ptr<transport::Transport>> transports;
   /// The placement in force: every reader takes it once per step and keeps
@@ -61,6 +71,9 @@ struct RunState {
   std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }
   void publish(std::shared_ptr<const RoutingTable> table) { std::atomic_store(&table_, std::move(table)); }
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
+  /// `--trace`: the sampled steps of this process's replicas; null: none.
+  std::shared_ptr<TraceBuffer> trace;
+  bool hop_figures = true;  ///< RuntimeOptions::hop_figures
   /// producer side: edge_out[edge][producer replica]; consumer side: edge_in[edge][consumer replica]
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_out;
   std::vector<std::vector<std::unique_ptr<EdgeSideStats>>> edge_in;

@@ -32,6 +32,9 @@ namespace runtime {
 namespace {
 
 
+/// Steps a trace keeps at most (about 60 bytes each).
+constexpr std::size_t kTraceSteps = 200'000;
+
 template <class T>
 std::vector<std::unique_ptr<T>> make_n(int n) {
   std::vector<std::unique_ptr<T>> v;
@@ -64,6 +67,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::vector<std::unique_ptr<caf::actor_system_config>> caf_configs;
   std::vector<std::unique_ptr<caf::actor_system>> systems;
   std::vector<caf::actor> unit_actors;  ///< one per unit hosted here
+  /// What the unit processes said of their figures (the coordinator actor's thread only).
+  runtime::LiveFigures live_figures;
   int instance = 0;
   bool started = false;
   bool waited = false;
@@ -223,6 +228,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     if (!spec) return Status::error(format_diagnostics(found), StatusCode::invalid_argument);
     if (started) return Status::error("a pipeline is already running", StatusCode::failed_precondition);
     run = std::make_shared<runtime::RunState>();
+    run->hop_figures = options.hop_figures;
+    if (options.trace_every > 0) {
+      run->trace = std::make_shared<runtime::TraceBuffer>(options.trace_every, runtime::kTraceSteps);
+    }
     run->spec = std::move(*spec);
     run->registry = &registry;
     run->graph = graph::Graph::build(run->spec, registry);
@@ -247,6 +256,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     table->unit_of = placement::place_static(run->spec);
     run->publish(std::move(table));
     for (const auto& u : run->spec.units) run->unit_speed.push_back(std::make_unique<std::atomic<double>>(u.speed));
+    for (std::size_t u = 0; u < run->spec.units.size(); ++u) {
+      run->clock_offset_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(0));
+      run->clock_delay_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(-1));
+    }
     return {};
   }
 
@@ -434,7 +447,16 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     }
   }
   void record_load(int unit, double utilisation) override { run->record_load(unit, utilisation); }
-  void merge_unit_done(int unit, const schema::UnitDone& done) override { runtime::merge_unit_done(*run, unit, done); }
+  void merge_unit_done(int unit, const schema::UnitDone& done) override {
+    runtime::merge_unit_done(*run, live_figures, unit, done);
+  }
+  void merge_unit_figures(int unit, const schema::UnitFigures& figures) override {
+    runtime::merge_unit_figures(*run, live_figures, unit, figures);
+  }
+  void carried_over(int node, int replica, int unit) override { live_figures.carried_over(node, replica, unit); }
+  void record_clock(int unit, std::int64_t offset_ns, std::int64_t delay_ns) override {
+    run->set_clock_offset(unit, offset_ns, delay_ns);
+  }
   void replicas_finished(int count) override { run->replica_finished(count); }
   void record_failover(FailoverReport failover, std::int64_t detected_ns, std::int64_t planned_ns) override {
     run->record_failover(std::move(failover), detected_ns, planned_ns);
@@ -731,7 +753,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
       unit_actors.push_back(runtime::spawn_unit_actor(*systems[u], run, static_cast<int>(u), thread_count(u),
-                                                     !options.coordinator));
+                                                     !options.coordinator, options.figures_ms));
     }
   }
 
@@ -812,6 +834,13 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
+  // The coordinator's own units read its clock; the others' offsets come
+  // from heartbeats (docs/observability.md, clock offsets).
+  if (m.options.coordinator) {
+    for (std::size_t u = 0; u < m.local.size(); ++u) {
+      if (m.local[u]) m.run->set_clock_offset(static_cast<int>(u), 0, 0);
+    }
+  }
   swarmflow::log::set_units(m.log_units());
   auto fail = [&](Status s) {
     m.stop_failure_watch();
@@ -1065,6 +1094,25 @@ RunReport Runtime::report() const {
   if (impl_->waited) return impl_->final_report;
   if (!impl_->run) return {};
   return impl_->report_now();
+}
+
+std::string Runtime::trace() const {
+  const auto& run = impl_->run;
+  if (!run || !run->trace) return {};
+  std::vector<std::string> stages;
+  for (const auto& node : run->graph.nodes) stages.push_back(node.decl->id);
+  std::vector<std::string> units;
+  for (const auto& u : run->spec.units) units.push_back(u.id);
+  // A unit process writes its times on the coordinator's clock, so that the
+  // files of a cluster line up.
+  std::int64_t shift = 0;
+  for (std::size_t u = 0; u < run->transports.size() && u < run->clock_offset_ns.size(); ++u) {
+    if (run->transports[u] && run->clock_delay_ns[u]->load() >= 0) {
+      shift = run->clock_offset_ns[u]->load();
+      break;
+    }
+  }
+  return runtime::trace_json(run->trace->steps(), stages, units, shift, run->trace->dropped());
 }
 
 std::string Runtime::dot() const {

@@ -39,6 +39,9 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
   s.speed = run->unit_speed[static_cast<std::size_t>(unit)]->load(std::memory_order_relaxed);
   s.speed_now = run->unit_speed[static_cast<std::size_t>(unit)].get();
   s.stats = run->replica_stats[static_cast<std::size_t>(node)][r].get();
+  s.unit = unit;
+  s.trace = run->trace.get();
+  s.hop_figures = run->hop_figures;
   s.in_stats.assign(g.edges.size(), nullptr);
   s.out_stats.assign(g.edges.size(), nullptr);
   s.remote_consumers.resize(g.edges.size());

@@ -8,20 +8,33 @@
 
 #include <swarmflow/schema/control_generated.h>
 
+#include <unistd.h>
+
 #include "runtime/run_state.hpp"
+#include "runtime/stats_codec.hpp"
 #include "transport/control.hpp"
 
 namespace swarmflow::runtime {
 namespace {
 
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using figures_atom = caf::atom_constant<caf::atom("figures")>;
+
+/// This unit process, as the coordinator tells it from one started again
+/// with the same unit id: its pid and start time.
+std::uint64_t incarnation() {
+  static const std::uint64_t id = (static_cast<std::uint64_t>(::getpid()) << 40) ^
+                                  static_cast<std::uint64_t>(steady_now_ns() & ((std::int64_t{1} << 40) - 1)) ^
+                                  static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return id == 0 ? 1 : id;
+}
 
 /// Every `interval_ms`, the utilisation of the unit's worker threads and per
 /// replica queue depth, service time, arrival rate and progress, as a
 /// LoadReport to the coordinator (a unit process) or straight into the run's
 /// view (a unit in the coordinator's process). Quits when the run has ended.
 caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState> run, int unit, int threads,
-                         bool remote_coordinator) {
+                         bool remote_coordinator, int figures_ms) {
   struct State {
     std::int64_t last_ns = steady_now_ns();
     std::int64_t last_busy = 0;
@@ -30,7 +43,15 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
   auto state = std::make_shared<State>();
   const auto interval = std::chrono::milliseconds(std::max(1, run->spec.placement.interval_ms));
   self->delayed_send(self, interval, tick_atom::value);
-  return {[=](tick_atom) {
+  const auto figures_interval = std::chrono::milliseconds(std::max(1, figures_ms));
+  if (remote_coordinator && figures_ms > 0) self->delayed_send(self, figures_interval, figures_atom::value);
+  return {[=](figures_atom) {
+            if (run->finished()) return;  // UnitDone carries the rest
+            run->transports[static_cast<std::size_t>(unit)]->send_control(
+                encode_unit_figures(*run, unit, incarnation()));
+            self->delayed_send(self, figures_interval, figures_atom::value);
+          },
+          [=](tick_atom) {
     if (run->finished()) {
       self->quit();
       return;
@@ -80,8 +101,8 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
 }  // namespace
 
 caf::actor spawn_unit_actor(caf::actor_system& system, std::shared_ptr<RunState> run, int unit, int threads,
-                            bool remote_coordinator) {
-  return system.spawn(unit_actor, std::move(run), unit, threads, remote_coordinator);
+                            bool remote_coordinator, int figures_ms) {
+  return system.spawn(unit_actor, std::move(run), unit, threads, remote_coordinator, figures_ms);
 }
 
 }  // namespace swarmflow::runtime

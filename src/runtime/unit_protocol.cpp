@@ -12,9 +12,24 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
   if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
   switch (c.body_type()) {
     case schema::ControlBody::Heartbeat: {
-      const std::int64_t pid = c.body_as_Heartbeat()->pid();
-      if (side.coordinator_pid != 0 && pid != side.coordinator_pid) side.new_coordinator = true;
+      const auto* beat = c.body_as_Heartbeat();
+      const std::int64_t pid = beat->pid();
+      if (side.coordinator_pid != 0 && pid != side.coordinator_pid) {
+        side.new_coordinator = true;
+        side.clock = metrics::ClockOffsetEstimator();  // another process, maybe another host
+      }
       side.coordinator_pid = pid;
+      // The four times of the clock-offset exchange: this unit's heartbeat
+      // left at echo_sent and arrived at echo_received; this one left at
+      // sent_ns and arrives now.
+      if (beat->echo_sent_ns() != 0 &&
+          side.clock.add(metrics::ClockSample{beat->echo_sent_ns(), beat->echo_received_ns(), beat->sent_ns(),
+                                              steady_now_ns()})) {
+        const metrics::ClockEstimate e = side.clock.estimate();
+        for (std::size_t u = 0; u < run.transports.size(); ++u) {
+          if (run.transports[u]) run.set_clock_offset(static_cast<int>(u), e.offset_ns, e.delay_ns);
+        }
+      }
       break;
     }
     case schema::ControlBody::PlacementPlan: {
@@ -27,6 +42,18 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
       side.epoch = p->epoch();
       if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
       side.has_plan = true;
+      break;
+    }
+    case schema::ControlBody::ClockOffsets: {
+      // The other units' offsets; this process's own units keep what it measured.
+      const auto* m = c.body_as_ClockOffsets();
+      if (m->offsets_ns() == nullptr || m->known() == nullptr) break;
+      for (std::size_t u = 0; u < m->offsets_ns()->size() && u < m->known()->size(); ++u) {
+        if (u < run.transports.size() && run.transports[u]) continue;
+        if (m->known()->Get(static_cast<flatbuffers::uoffset_t>(u))) {
+          run.set_clock_offset(static_cast<int>(u), m->offsets_ns()->Get(static_cast<flatbuffers::uoffset_t>(u)), 0);
+        }
+      }
       break;
     }
     case schema::ControlBody::Go:

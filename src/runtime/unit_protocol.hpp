@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/pipeline_spec.hpp"
+#include "metrics/clock_offset.hpp"
 #include "placement/failure_detector.hpp"
 #include "runtime/replica_snapshot.hpp"
 #include "runtime/routing_table.hpp"
@@ -47,6 +48,9 @@ struct UnitSide {
   /// Snapshots to start replicas placed here from, by (node, replica), as
   /// the coordinator sent them before a plan.
   std::map<std::pair<int, int>, std::shared_ptr<const ReplicaSnapshot>> restores;
+  /// This process's clock against the coordinator's, from the times its
+  /// heartbeats echo.
+  metrics::ClockOffsetEstimator clock;
 };
 
 /// Takes a verified message from the coordinator into `side` (a unit

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,6 +55,10 @@ struct ControlServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> rejected{0};
   std::int64_t next_heartbeat_ns = 0;  // server thread only
+  /// By unit id: the sent_ns of its last heartbeat and when it arrived here,
+  /// echoed in the next heartbeat to it (the clock-offset exchange). Server
+  /// thread only.
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> heard;
   std::thread thread;
 
   void flush() {
@@ -83,9 +88,13 @@ struct ControlServer::Impl {
     if (now < next_heartbeat_ns) return;
     next_heartbeat_ns = now + static_cast<std::int64_t>(config.heartbeat_ms) * 1'000'000;
     for (const auto& unit : config.heartbeat_to) {
+      const auto echo = heard.find(unit);
+      const std::int64_t echo_sent = echo == heard.end() ? 0 : echo->second.first;
+      const std::int64_t echo_received = echo == heard.end() ? 0 : echo->second.second;
+      const std::int64_t sent = steady_now_ns();
       send_now(unit, make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-                 auto body = schema::CreateHeartbeat(fbb, fbb.CreateString("coordinator"), now, 0,
-                                                     static_cast<std::int64_t>(::getpid()));
+                 auto body = schema::CreateHeartbeat(fbb, fbb.CreateString("coordinator"), sent, 0,
+                                                     static_cast<std::int64_t>(::getpid()), echo_sent, echo_received);
                  return std::make_pair(schema::ControlBody::Heartbeat, body.Union());
                }));
     }
@@ -116,6 +125,10 @@ struct ControlServer::Impl {
       if (c == nullptr) {
         rejected.fetch_add(1, std::memory_order_relaxed);
         continue;
+      }
+      if (c->body_type() == schema::ControlBody::Heartbeat && !config.heartbeat_to.empty()) {
+        heard[std::string(static_cast<const char*>(parts[0].data()), parts[0].size())] = {
+            c->body_as_Heartbeat()->sent_ns(), steady_now_ns()};
       }
       handler(std::string(static_cast<const char*>(parts[0].data()), parts[0].size()), *c,
               static_cast<const std::uint8_t*>(parts[1].data()), parts[1].size());

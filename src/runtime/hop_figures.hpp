@@ -1,0 +1,108 @@
+#pragma once
+// Latency per hop, measured where a replica ends a step: the envelope's hop
+// trace holds its arrival here (the last hop) and its arrival at the
+// producer (the hop before; the capture time for a source's envelope), all
+// on this process's clock (times from another process are corrected by the
+// clock offset when they arrive, inbound_batcher.cpp). From them:
+//  - residence at the stage: arrival -> end of the step (queue and service);
+//  - latency of the edge: arrival at the producer -> arrival here (the
+//    producer's residence and the way over the edge, in or across processes).
+// And a sample of envelopes (seq divisible by the trace's `every`) for
+// `--trace FILE`, as Chrome trace events. No actors here.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <swarmflow/envelope.hpp>
+
+#include "metrics/histogram.hpp"
+
+namespace swarmflow::runtime {
+
+/// Residence and hop latency are measured on one step in this many of each
+/// replica: their percentiles hold, and what they cost stays within the 2%
+/// the benchmarks allow (docs/benchmarks.md).
+constexpr std::uint64_t kHopSampleEvery = 16;
+
+/// A latency histogram written by one thread and read by others: the writer
+/// keeps a few samples of its own and hands them over in one lock.
+class SharedLatency {
+ public:
+  /// Of the steps that could be measured, one in kHopSampleEvery is (the
+  /// first, then every 16th): true when this one is. Writer only.
+  bool due() { return (ticks_++ % kHopSampleEvery) == 0; }
+  /// Records `ns`; hands over what it holds when it is full or, given the
+  /// time `now_ns`, when it last did over 200 ms ago (a slow stage's
+  /// figures go live too).
+  void record(std::int64_t ns, std::int64_t now_ns = 0) {
+    pending_[count_++] = ns;
+    if (count_ == kPending || (now_ns != 0 && now_ns - flushed_ns_ > kFlushAfterNs)) {
+      flush();
+      flushed_ns_ = now_ns;
+    }
+  }
+  /// Hands over what the writer holds (the writer's thread only).
+  void flush();
+  void merge(const metrics::LatencyHistogram& other);
+  metrics::LatencyHistogram snapshot() const;
+
+ private:
+  static constexpr std::size_t kPending = 32;
+  static constexpr std::int64_t kFlushAfterNs = 200'000'000;
+  std::int64_t flushed_ns_ = 0;
+  std::int64_t pending_[kPending]{};
+  std::size_t count_ = 0;
+  std::uint64_t ticks_ = 0;
+  mutable std::mutex mutex_;
+  metrics::LatencyHistogram shared_;
+};
+
+/// One sampled step of one envelope, for the trace.
+struct TraceStep {
+  int node = 0;
+  int replica = 0;
+  int unit = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t seq = 0;
+  std::int64_t arrived_ns = 0;  ///< at this replica (this process's clock)
+  std::int64_t ended_ns = 0;    ///< the step's end
+  std::int64_t from_ns = 0;     ///< arrival at the producer (or capture); 0: unknown
+};
+
+/// The sampled steps of a run in this process, bounded.
+class TraceBuffer {
+ public:
+  TraceBuffer(std::uint64_t every, std::size_t capacity) : every_(every == 0 ? 1 : every), capacity_(capacity) {}
+  bool sampled(std::uint64_t seq) const { return seq % every_ == 0; }
+  void add(const TraceStep& step);
+  std::vector<TraceStep> steps() const;
+  std::uint64_t dropped() const;
+  std::uint64_t every() const { return every_; }
+
+ private:
+  std::uint64_t every_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::vector<TraceStep> steps_;
+  std::uint64_t dropped_ = 0;
+};
+
+/// Records a finished step on envelope `h` at `end_ns` into the residence of
+/// the replica and the latency of the edge it came on (either may be null;
+/// one step in kHopSampleEvery, counted by `residence`, or by `edge` without
+/// it), and into `trace` when it samples it.
+void record_hops(SharedLatency* residence, SharedLatency* edge, TraceBuffer* trace, const TraceStep& who,
+                 const EnvelopeHeader& h, std::int64_t end_ns);
+
+/// `steps` as Chrome trace-event JSON ({"traceEvents": [...]}): one complete
+/// ("X") event per step, named by its stage, on a thread per replica in a
+/// process per unit, at `shift_ns` + its times (the coordinator's clock, when
+/// a unit process writes it), with the envelope's stream and seq in `args`
+/// and a flow from its producer's step. `stage_names[node]`, `unit_names[unit]`.
+std::string trace_json(const std::vector<TraceStep>& steps, const std::vector<std::string>& stage_names,
+                       const std::vector<std::string>& unit_names, std::int64_t shift_ns, std::uint64_t dropped);
+
+}  // namespace swarmflow::runtime
