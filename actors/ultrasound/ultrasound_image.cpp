@@ -281,7 +281,17 @@ std::vector<LesionFinding> find_lesions(const cv::Mat& raw, const cv::Mat& enhan
     const cv::Mat er = e(roi);
     const double in = mean_over(er, core), out = mean_over(er, ring);
     if (std::isnan(in) || std::isnan(out)) continue;
-    const double t = 0.5 * (in + out);
+    // The PSF blurs echo amplitude, so an edge lies halfway in amplitude;
+    // after log compression that is nearer the inside level of a bright
+    // lesion. A bright lesion's outline is taken there. A dark lesion's is
+    // taken halfway in dB: halfway in amplitude lies so near the tissue's
+    // level that the outline would leak into the tissue's dark speckle.
+    double t = 0.5 * (in + out);
+    if (!c.dark) {
+      const double to_db = p.dynamic_range_db / 255.0;
+      const double amp_in = std::pow(10.0, (in - out) * to_db / 20.0);
+      t = out + 20.0 * std::log10(0.5 * (1.0 + amp_in)) / to_db;
+    }
     cv::Mat region = c.dark ? (er < t) : (er > t);
     region &= valid(roi) & ~others & ~tubes(roi);
     cv::morphologyEx(region, region, cv::MORPH_OPEN, disc(3));

@@ -20,7 +20,7 @@ struct EnhanceParams {
   double mm_per_px = 0.1;
   double guided_radius_mm = 0.8;  ///< window radius of the guided filter
   double guided_eps = 400;        ///< its regularisation, grey levels squared
-  double clahe_clip = 1.0;        ///< CLAHE clip limit; 0 = no CLAHE (above 1.5 hyperechoic outlines grow)
+  double clahe_clip = 1.0;        ///< CLAHE clip limit; 0 = no CLAHE
   int clahe_tiles = 8;            ///< CLAHE tiles across
 };
 

@@ -1,0 +1,177 @@
+// The ultrasound stages driven one step at a time from the synthetic probe
+// (video.source): frames, joined sets, token envelopes of the findings, the
+// report's counters and the run report's `ultrasound` object.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <swarmflow/report.hpp>
+#include <swarmflow/runtime.hpp>
+#include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/tokens_generated.h>
+#include <swarmflow/schema/ultrasound_generated.h>
+
+#include "support/media_packs.hpp"
+#include "support/stage_runner.hpp"
+#include "video/synthetic_ultrasound.hpp"
+
+namespace swarmflow {
+namespace {
+
+using testing::StageRunner;
+
+struct Chain {
+  Registry registry;
+  std::unique_ptr<StageRunner> source, enhance, segment, flow, report;
+
+  explicit Chain(const std::string& uri, int count) {
+    testing::register_media_packs(registry);
+    source = std::make_unique<StageRunner>(registry, "video.source", "probe");
+    EXPECT_TRUE(source->set("uri", uri).ok());
+    EXPECT_TRUE(source->set("count", std::int64_t{count}).ok());
+    enhance = std::make_unique<StageRunner>(registry, "ultrasound.enhance", "enhance");
+    segment = std::make_unique<StageRunner>(registry, "ultrasound.segment", "segment");
+    flow = std::make_unique<StageRunner>(registry, "ultrasound.flow", "flow");
+    report = std::make_unique<StageRunner>(registry, "ultrasound.report", "report");
+    EXPECT_TRUE(report->set("summary", false).ok());
+    for (auto* r : {source.get(), enhance.get(), segment.get(), flow.get(), report.get()}) {
+      EXPECT_TRUE(r->start().ok());
+    }
+  }
+
+  /// Every frame through every stage; false if a step fails.
+  bool run(int count) {
+    for (int i = 0; i < count; ++i) {
+      if (!source->pull().ok()) return false;
+      const Envelope& frame = source->output("frames").back();
+      if (!enhance->feed("frames", frame).ok()) return false;
+      const Envelope& enhanced = enhance->output("frames").back();
+      if (!segment->feed_joined({{"frames", &frame}, {"enhanced", &enhanced}}).ok()) return false;
+      if (!flow->feed("frames", frame).ok()) return false;
+      const Envelope& lesions = segment->output("results").back();
+      const Envelope& vessels = flow->output("results").back();
+      if (!report->feed_joined({{"lesions", &lesions}, {"vessels", &vessels}}).ok()) return false;
+    }
+    report->stop();
+    return true;
+  }
+};
+
+TEST(UltrasoundStages, AProbeThroughEveryStageStreamsOneFindingPerLesion) {
+  constexpr int kFrames = 24;
+  Chain chain("synthetic://ultrasound?seed=21&scene_frames=12", kFrames);
+  ASSERT_TRUE(chain.run(kFrames));
+
+  // Enhanced frames: GRAY8, same size and index, truth carried.
+  const Envelope& e = chain.enhance->output("frames").back();
+  const auto* ef = e.as<schema::Frame>();
+  ASSERT_NE(ef, nullptr);
+  EXPECT_EQ(ef->format(), schema::PixelFormat::GRAY8);
+  EXPECT_EQ(ef->width(), 640U);
+  EXPECT_EQ(ef->frame_index(), static_cast<std::uint64_t>(kFrames - 1));
+  ASSERT_NE(ef->ground_truth(), nullptr);
+  EXPECT_TRUE(video::is_ultrasound_truth(ef->ground_truth()->string_view()));
+
+  // Segment results carry contours; flow results velocities from the second frame of a scene on.
+  const auto* seg = chain.segment->output("results").back().as<schema::UltrasoundResults>();
+  ASSERT_NE(seg, nullptr);
+  ASSERT_NE(seg->lesions(), nullptr);
+  ASSERT_GT(seg->lesions()->size(), 0U);
+  EXPECT_GT(seg->lesions()->Get(0)->contour()->size(), 8U);
+  const auto* first_flow = chain.flow->output("results").front().as<schema::UltrasoundResults>();
+  ASSERT_EQ(first_flow->vessels()->size(), 1U);
+  EXPECT_TRUE(std::isnan(first_flow->vessels()->Get(0)->velocity_mm_s()));
+  const auto* later_flow = chain.flow->output("results").back().as<schema::UltrasoundResults>();
+  ASSERT_EQ(later_flow->vessels()->size(), 1U);
+  EXPECT_GT(later_flow->vessels()->Get(0)->velocity_mm_s(), 5.0F);
+
+  // Findings: one token envelope per lesion per frame, final, words as pieces.
+  const auto& findings = chain.report->output("findings");
+  std::uint64_t truth_lesions = 0;
+  const video::SyntheticUltrasound probe([] {
+    video::SyntheticUltrasoundConfig c;
+    c.seed = 21;
+    c.scene_frames = 12;
+    return c;
+  }());
+  for (int i = 0; i < kFrames; ++i) truth_lesions += probe.truth(static_cast<std::uint64_t>(i)).lesions.size();
+  EXPECT_EQ(findings.size(), truth_lesions);
+  std::map<std::uint64_t, int> per_request;
+  for (const Envelope& f : findings) {
+    const auto* t = f.as<schema::Tokens>();
+    ASSERT_NE(t, nullptr);
+    EXPECT_TRUE(t->final());
+    EXPECT_EQ(f.header().stream, t->request_id());
+    ASSERT_EQ(t->ids()->size(), t->pieces()->size());
+    ++per_request[t->request_id()];
+  }
+  for (const auto& [request, n] : per_request) EXPECT_EQ(n, 1) << request;
+  std::string line;
+  for (const auto* piece : *findings.back().as<schema::Tokens>()->pieces()) line += piece->str();
+  EXPECT_EQ(line.rfind("frame 23 lesion ", 0), 0U) << line;
+  EXPECT_NE(line.find(" mm, "), std::string::npos) << line;
+  EXPECT_NE(line.find("mm/s"), std::string::npos) << line;
+
+  // Scores: every frame scored, facts right.
+  EXPECT_EQ(chain.report->counter_value("scored_frames"), kFrames);
+  EXPECT_EQ(chain.report->counter_value("lesions_truth"), static_cast<std::int64_t>(truth_lesions));
+  EXPECT_GE(chain.report->counter_value("facts_right"), chain.report->counter_value("facts") * 95 / 100);
+  EXPECT_GT(chain.report->counter_value("latency_p99_us"), 0);
+
+  // The run report's `ultrasound` object is made from those counters.
+  RunReport run;
+  StageReport s;
+  s.id = "report";
+  s.type = "ultrasound.report";
+  for (const char* name : {"frames", "scored_frames", "lesions_truth", "dice_sum_ppm", "facts", "facts_right",
+                           "vessels_truth", "flow_error_sum_ppm", "latency_p50_us", "latency_p99_us"}) {
+    s.counters[name] = chain.report->counter_value(name);
+  }
+  run.stages.push_back(s);
+  const auto j = nlohmann::json::parse(run.to_json());
+  ASSERT_TRUE(j.contains("ultrasound"));
+  const auto& us = j["ultrasound"];
+  EXPECT_GE(us["dice_mean"].get<double>(), 0.85);
+  EXPECT_LE(us["flow_error_mean"].get<double>(), 0.10);
+  EXPECT_GE(us["report_facts_correct"].get<double>(), 0.95);
+  EXPECT_GT(us["latency_p99_ms"].get<double>(), 0.0);
+  // Without an ultrasound.report stage there is no such object.
+  EXPECT_FALSE(nlohmann::json::parse(RunReport{}.to_json()).contains("ultrasound"));
+}
+
+TEST(UltrasoundStages, SegmentRefusesFramesOfDifferentSizes) {
+  Registry registry;
+  testing::register_media_packs(registry);
+  StageRunner a(registry, "video.source"), b(registry, "video.source");
+  ASSERT_TRUE(a.set("uri", std::string("synthetic://ultrasound?seed=1")).ok());
+  ASSERT_TRUE(b.set("uri", std::string("synthetic://ultrasound?seed=1&width=800&height=600")).ok());
+  ASSERT_TRUE(a.start().ok());
+  ASSERT_TRUE(b.start().ok());
+  ASSERT_TRUE(a.pull().ok());
+  ASSERT_TRUE(b.pull().ok());
+  StageRunner segment(registry, "ultrasound.segment");
+  ASSERT_TRUE(segment.start().ok());
+  const Status s = segment.feed_joined({{"frames", &a.output("frames")[0]}, {"enhanced", &b.output("frames")[0]}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("differ in size"), std::string::npos) << s.message();
+  // A set that arrived without its enhanced frame gives nothing, and no error.
+  EXPECT_TRUE(segment.feed_joined({{"frames", &a.output("frames")[0]}}, true).ok());
+  EXPECT_TRUE(segment.output("results").empty());
+}
+
+TEST(UltrasoundStages, VideoSourceRefusesABadProbeUri) {
+  Registry registry;
+  testing::register_media_packs(registry);
+  StageRunner source(registry, "video.source");
+  ASSERT_TRUE(source.set("uri", std::string("synthetic://ultrasound?fps=0")).ok());
+  const Status s = source.start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fps"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace swarmflow
