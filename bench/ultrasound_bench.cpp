@@ -4,8 +4,8 @@
 // same run.
 //
 // The work per frame, on both sides: render a 640x480 frame of the synthetic
-// probe (synthetic://ultrasound?seed=1) into a FlatBuffers Frame as
-// video.source does; grey it; enhance it (median, guided filter, CLAHE);
+// probe (synthetic://ultrasound?seed=1) as GRAY8 straight into a FlatBuffers
+// Frame, as video.source does; enhance it (median, guided filter, CLAHE);
 // find and describe its lesions; find the vessel and track its speckle
 // against the previous frame; score the findings against the frame's truth;
 // write one text line per lesion.
@@ -130,10 +130,10 @@ Result run_plain(std::int64_t n, double fps) {
   const video::SyntheticUltrasound probe(config);
   ultrasound::Enhancer enhancer({});
   ultrasound::ScoreTally tally;
-  cv::Mat grey, previous, enhanced;
+  cv::Mat previous, enhanced;
   std::vector<double> latency_ms;
   std::uint64_t previous_index = 0;
-  const std::size_t stride = static_cast<std::size_t>(config.width) * 3;
+  const std::size_t stride = static_cast<std::size_t>(config.width);
   for (std::int64_t i = 0; i < n; ++i) {
     if (fps > 0) {
       const auto due = t0 + static_cast<std::int64_t>(static_cast<double>(i) * 1e9 / fps);
@@ -143,15 +143,15 @@ Result run_plain(std::int64_t n, double fps) {
     flatbuffers::FlatBufferBuilder fbb(stride * static_cast<std::size_t>(config.height) + kTruthRoom);
     std::uint8_t* pixels = nullptr;
     const auto data = fbb.CreateUninitializedVector(stride * static_cast<std::size_t>(config.height), &pixels);
-    const video::UltrasoundTruth truth = probe.render(static_cast<std::uint64_t>(i), pixels, stride);
+    cv::Mat plane(config.height, config.width, CV_8U, pixels);
+    const video::UltrasoundTruth truth = probe.render_grey(static_cast<std::uint64_t>(i), plane);
     const auto truth_s = fbb.CreateString(video::to_json(truth));
-    fbb.Finish(schema::CreateFrame(fbb, schema::PixelFormat::BGR, static_cast<std::uint32_t>(config.width),
+    fbb.Finish(schema::CreateFrame(fbb, schema::PixelFormat::GRAY8, static_cast<std::uint32_t>(config.width),
                                    static_cast<std::uint32_t>(config.height), static_cast<std::uint32_t>(stride),
                                    capture, 0, static_cast<std::uint64_t>(i), data, truth_s),
                schema::FrameIdentifier());
     const auto* frame = flatbuffers::GetRoot<schema::Frame>(fbb.GetBufferPointer());
-    const cv::Mat bgr(config.height, config.width, CV_8UC3, const_cast<std::uint8_t*>(frame->pixels()->data()), stride);
-    cv::cvtColor(bgr, grey, cv::COLOR_BGR2GRAY);
+    const cv::Mat grey(config.height, config.width, CV_8U, const_cast<std::uint8_t*>(frame->pixels()->data()), stride);
     enhancer.apply(grey, enhanced);
     const auto lesions = ultrasound::find_lesions(grey, enhanced, {});
     auto vessels = ultrasound::find_vessels(grey, {});
@@ -215,7 +215,7 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units) {
          "stages:\n"
          "  - id: probe\n"
          "    type: video.source\n"
-         "    params: {uri: \"synthetic://ultrasound?seed=1\", fps: " + std::string(f) + ", count: " +
+         "    params: {uri: \"synthetic://ultrasound?seed=1\", format: GRAY8, fps: " + std::string(f) + ", count: " +
          std::to_string(n) + "}\n"
          "  - id: enhance\n"
          "    type: ultrasound.enhance\n"

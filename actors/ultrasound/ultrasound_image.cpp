@@ -71,10 +71,12 @@ void Enhancer::apply(const cv::Mat& grey, cv::Mat& out) {
   q_.convertTo(q8, CV_8U);
   cv::Mat full;
   cv::resize(q8, full, grey.size(), 0, 0, cv::INTER_LINEAR);
+  // Into `out` in place when it has the size already (a view of a payload).
+  out.create(grey.size(), CV_8U);
   if (clahe_) {
     clahe_->apply(full, out);
   } else {
-    out = full;
+    full.copyTo(out);
   }
 }
 

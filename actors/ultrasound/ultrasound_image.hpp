@@ -30,7 +30,8 @@ struct EnhanceParams {
 class Enhancer {
  public:
   explicit Enhancer(EnhanceParams params);
-  /// `grey` CV_8UC1 in, `out` CV_8UC1 of the same size.
+  /// `grey` CV_8UC1 in, `out` CV_8UC1 of the same size (written in place
+  /// when it is that size already).
   void apply(const cv::Mat& grey, cv::Mat& out);
 
  private:

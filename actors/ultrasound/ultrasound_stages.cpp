@@ -84,8 +84,7 @@ Status Enhance::process(Inputs& in, Outputs& out, StageContext&) {
   std::uint8_t* pixels = nullptr;
   const auto data = fbb.CreateUninitializedVector(bytes, &pixels);
   cv::Mat target(grey.rows, grey.cols, CV_8U, pixels);
-  enhancer_->apply(grey, enhanced_);
-  enhanced_.copyTo(target);
+  enhancer_->apply(grey, target);  // written straight into the payload
   schema::FrameBuilder b(fbb);
   b.add_format(schema::PixelFormat::GRAY8);
   b.add_width(static_cast<std::uint32_t>(grey.cols));

@@ -116,7 +116,7 @@ class Enhance final : public Stage {
   EnhanceParams params_;
   std::int64_t tiles_ = 8;
   std::unique_ptr<Enhancer> enhancer_;
-  cv::Mat grey_, enhanced_;
+  cv::Mat grey_;
   std::atomic<std::int64_t>* frames_ = nullptr;
 };
 

@@ -100,7 +100,9 @@ class SyntheticUltrasound {
   /// Renders frame `index` as BGR with equal channels (3 bytes a pixel,
   /// rows `stride` bytes apart) and returns what it shows.
   UltrasoundTruth render(std::uint64_t index, std::uint8_t* bgr, std::size_t stride) const;
-  /// Renders frame `index` as one grey plane (CV_8UC1, width x height).
+  /// Renders frame `index` as one grey plane (CV_8UC1, width x height); a
+  /// `grey` of that size and type already (a view of a payload) is written
+  /// in place.
   UltrasoundTruth render_grey(std::uint64_t index, cv::Mat& grey) const;
   /// What frame `index` shows, without rendering it.
   UltrasoundTruth truth(std::uint64_t index) const;

@@ -77,8 +77,8 @@ Status VideoSource::start_synthetic(StageContext& ctx) {
   std::string error;
   if (uri_.uri.compare(0, 22, "synthetic://ultrasound") == 0) {
     SyntheticUltrasoundConfig config;
-    if (format_ != "BGR") {
-      return Status::error("synthetic:// renders BGR only; set format: BGR (convert downstream if needed)",
+    if (format_ != "BGR" && format_ != "GRAY8") {
+      return Status::error("synthetic://ultrasound renders BGR or GRAY8; set format: BGR or GRAY8",
                            StatusCode::invalid_argument);
     }
     // As for the parts camera, width and height set the frame size; the
@@ -250,7 +250,8 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
   const auto width = static_cast<std::size_t>(synthetic_ ? synthetic_->config().width : ultrasound_->config().width);
   const auto height =
       static_cast<std::size_t>(synthetic_ ? synthetic_->config().height : ultrasound_->config().height);
-  const std::size_t stride = width * 3;
+  const bool grey = ultrasound_ && format_ == "GRAY8";
+  const std::size_t stride = width * (grey ? 1 : 3);
   const std::size_t size = stride * height;
   const std::int64_t capture_ns = ctx.now_ns();
 
@@ -265,11 +266,14 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
     const PartTruth truth = synthetic_->render(next_index_, pixels, stride);
     part_id = truth.part_id;
     truth_json = to_json(truth);
+  } else if (grey) {
+    cv::Mat plane(static_cast<int>(height), static_cast<int>(width), CV_8U, pixels);
+    truth_json = to_json(ultrasound_->render_grey(next_index_, plane));
   } else {
     truth_json = to_json(ultrasound_->render(next_index_, pixels, stride));
   }
   const auto ground_truth = fbb.CreateString(truth_json);
-  const auto frame = schema::CreateFrame(fbb, schema::PixelFormat::BGR, static_cast<std::uint32_t>(width),
+  const auto frame = schema::CreateFrame(fbb, grey ? schema::PixelFormat::GRAY8 : schema::PixelFormat::BGR, static_cast<std::uint32_t>(width),
                                          static_cast<std::uint32_t>(height), static_cast<std::uint32_t>(stride),
                                          capture_ns, camera, next_index_, data, ground_truth);
   schema::FinishFrameBuffer(fbb, frame);

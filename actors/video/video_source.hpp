@@ -14,7 +14,8 @@
 ///   width, height    integer  output size, 0 = as the source gives
 ///   fps              number   output rate, 0 = as the source gives (synthetic: 0 = as fast as
 ///                             flow control allows; > 0 = paced and live)
-///   format           string   BGR | GRAY8 | NV12 (synthetic: BGR only), default BGR
+///   format           string   BGR | GRAY8 | NV12 (synthetic: BGR only; synthetic://ultrasound:
+///                             BGR or GRAY8, drawn straight into the payload either way), default BGR
 ///   count            integer  frames to deliver per replica, 0 = until the source ends (files) or
 ///                             forever (live sources)
 ///   camera_id        string   Frame.camera_id; empty = "<stage id>-<replica>"; with several

@@ -163,6 +163,35 @@ TEST(UltrasoundStages, SegmentRefusesFramesOfDifferentSizes) {
   EXPECT_TRUE(segment.output("results").empty());
 }
 
+TEST(UltrasoundStages, VideoSourceDrawsGreyFramesStraightIntoThePayload) {
+  Registry registry;
+  testing::register_media_packs(registry);
+  StageRunner source(registry, "video.source");
+  ASSERT_TRUE(source.set("uri", std::string("synthetic://ultrasound?seed=4")).ok());
+  ASSERT_TRUE(source.set("format", std::string("GRAY8")).ok());
+  ASSERT_TRUE(source.start().ok());
+  ASSERT_TRUE(source.pull().ok());
+  ASSERT_TRUE(source.pull().ok());
+  const auto* frame = source.output("frames")[1].as<schema::Frame>();
+  ASSERT_NE(frame, nullptr);
+  EXPECT_EQ(frame->format(), schema::PixelFormat::GRAY8);
+  EXPECT_EQ(frame->stride(), 640U);
+  ASSERT_EQ(frame->pixels()->size(), 640U * 480U);
+  video::SyntheticUltrasoundConfig c;
+  c.seed = 4;
+  cv::Mat expected;
+  const video::SyntheticUltrasound probe(c);
+  const auto truth = probe.render_grey(1, expected);
+  const cv::Mat got(480, 640, CV_8U, const_cast<std::uint8_t*>(frame->pixels()->data()));
+  EXPECT_EQ(cv::norm(got, expected, cv::NORM_INF), 0);
+  EXPECT_EQ(frame->ground_truth()->str(), video::to_json(truth));
+  // NV12 is not something the probe draws.
+  StageRunner nv12(registry, "video.source");
+  ASSERT_TRUE(nv12.set("uri", std::string("synthetic://ultrasound?seed=4")).ok());
+  ASSERT_TRUE(nv12.set("format", std::string("NV12")).ok());
+  EXPECT_FALSE(nv12.start().ok());
+}
+
 TEST(UltrasoundStages, VideoSourceRefusesABadProbeUri) {
   Registry registry;
   testing::register_media_packs(registry);
