@@ -202,6 +202,21 @@ std::vector<LesionFinding> find_lesions(const cv::Mat& raw, const cv::Mat& enhan
     }
     cv::dilate(tubes, tubes, disc(static_cast<int>(std::lround(1.5 / mm2))));
   }
+  // Vessels as the flow stage finds them, whole: a cyst's posterior
+  // enhancement can cut a vessel into pieces too short to look like one.
+  {
+    FlowParams fp;
+    fp.mm_per_px = p.mm_per_px;
+    for (const VesselFinding& v : find_vessels(raw, fp)) {
+      const double c = std::cos(v.angle_rad), sn = std::sin(v.angle_rad), reach = 2.0 * hw;
+      const cv::Point a(static_cast<int>(std::lround((v.axis_point.x - reach * c) / 2)),
+                        static_cast<int>(std::lround((v.axis_point.y - reach * sn) / 2)));
+      const cv::Point b(static_cast<int>(std::lround((v.axis_point.x + reach * c) / 2)),
+                        static_cast<int>(std::lround((v.axis_point.y + reach * sn) / 2)));
+      const int thickness = static_cast<int>(std::lround(2 * (v.radius_px * p.mm_per_px + 1.0) / mm2));
+      cv::line(tubes, a, b, cv::Scalar(255), std::max(1, thickness));
+    }
+  }
   cv::Mat quiet = (cv::abs(resid) < p.threshold_db * 0.5) & valid & ~tubes;
   masked_mean(ed, quiet, window, bg);
   resid = ed - bg;
@@ -243,7 +258,7 @@ std::vector<LesionFinding> find_lesions(const cv::Mat& raw, const cv::Mat& enhan
       for (const Candidate& d : cands) {
         if (!d.dark) continue;
         const int overlap = std::min(c.box.x + c.box.width, d.box.x + d.box.width) - std::max(c.box.x, d.box.x);
-        if (overlap > 0.4 * std::min(c.box.width, d.box.width) && c.box.y + c.box.height / 2 > d.box.y + d.box.height) {
+        if (overlap > 0.4 * std::min(c.box.width, d.box.width) && c.box.y > d.box.y + d.box.height / 2) {
           posterior = true;
         }
       }
@@ -436,6 +451,26 @@ std::vector<LesionFinding> find_lesions(const cv::Mat& raw, const cv::Mat& enhan
     const double aspect = f.size_mm > 0 ? f.width_mm / f.size_mm : 1;
     f.shape = f.margin == "irregular" ? "irregular" : (aspect >= 0.85 ? "round" : "oval");
   }
+  // Nearer the tissue's echo than min_contrast_db: not told from the
+  // tissue's own texture, so not reported. And a bright outline under a
+  // dark lesion, in its columns, is that lesion's posterior enhancement
+  // (however its candidate got there).
+  auto posterior_of_dark = [&](const LesionFinding& f) {
+    if (f.contrast_db <= 0) return false;
+    const cv::Rect b = cv::boundingRect(f.contour);
+    for (const LesionFinding& d : found) {
+      if (d.contrast_db >= -p.min_contrast_db) continue;
+      const cv::Rect db = cv::boundingRect(d.contour);
+      const int overlap = std::min(b.x + b.width, db.x + db.width) - std::max(b.x, db.x);
+      if (overlap > 0.4 * std::min(b.width, db.width) && b.y > db.y + db.height / 2) return true;
+    }
+    return false;
+  };
+  std::vector<LesionFinding> reported;
+  for (const LesionFinding& f : found) {
+    if (std::abs(f.contrast_db) >= p.min_contrast_db && !posterior_of_dark(f)) reported.push_back(f);
+  }
+  found = std::move(reported);
   std::sort(found.begin(), found.end(), [](const LesionFinding& a, const LesionFinding& b) { return a.centre.x < b.centre.x; });
   return found;
 }

@@ -53,7 +53,8 @@ struct SegmentParams {
   double irregular_solidity = 0.93;  ///< an outline filling less of its convex hull has an irregular margin
   double top_mm = 2.0;            ///< near field left out (the probe's face)
   double posterior_db = 2.5;      ///< echo change below a lesion that counts as enhancement or shadowing
-  double iso_db = 3.0;            ///< within +-iso_db of the tissue a lesion is isoechoic
+  double iso_db = 3.0;            ///< a candidate whose smoothed echo is within this of its surroundings is dropped; classes: isoechoic
+  double min_contrast_db = 5.0;   ///< a lesion is reported when its echo differs from the tissue's by this
   double anechoic_db = -20.0;     ///< below this it is anechoic
 };
 

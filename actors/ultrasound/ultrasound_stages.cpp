@@ -123,8 +123,10 @@ void Segment::setup(StageSpec& s) {
   s.param(p.top_mm, "top_mm", "near field left out (the probe's face), mm", 2.0, {0.0, 50.0});
   s.param(p.posterior_db, "posterior_db", "echo change under a lesion that counts as enhancement or shadowing, dB",
           2.5, {0.1, 40.0});
-  s.param(p.iso_db, "iso_db", "within this of the tissue's echo a region is isoechoic (not reported), dB", 3.0,
+  s.param(p.iso_db, "iso_db", "a candidate whose smoothed echo is within this of its surroundings is dropped, dB", 3.0,
           {0.1, 40.0});
+  s.param(p.min_contrast_db, "min_contrast_db",
+          "a lesion is reported when its echo differs from the tissue's by at least this, dB", 5.0, {0.1, 40.0});
   s.param(p.anechoic_db, "anechoic_db", "below this against the tissue a lesion is anechoic, dB", -20.0,
           {-80.0, -1.0});
   s.param(p.irregular_solidity, "irregular_solidity",

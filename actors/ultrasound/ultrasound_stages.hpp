@@ -26,14 +26,18 @@
 /// bright; long dark bands across the field are vessels. Outlines: halfway
 /// between each candidate's inside and its surroundings on the enhanced
 /// frame, opened (`smooth_mm`). Echogenicity from the mean dB inside against
-/// a ring beside it (`anechoic_db`, `iso_db`; isoechoic regions are not
-/// reported); posterior features from the echo under the lesion against the
-/// same depths beside it (`posterior_db`).
+/// a ring beside it (`anechoic_db`, `iso_db`); lesions nearer the tissue's
+/// echo than `min_contrast_db`, and bright outlines under a dark lesion (its
+/// posterior enhancement), are not reported; vessels (found as
+/// ultrasound.flow finds them) are left out whole. Posterior features from
+/// the echo under the lesion against the same depths beside it
+/// (`posterior_db`).
 /// Parameters: mm_per_px 0.1; dynamic_range_db 60 [10, 120] (of the probe's
 /// log compression); min_size_mm 3 [0.5, 100]; background_mm 16 [2, 200];
 /// detect_mm 1.0 [0.1, 10]; threshold_db 4 [0.5, 40]; smooth_mm 1.4 [0, 10];
 /// top_mm 2 [0, 50]; posterior_db 2.5 [0.1, 40]; iso_db 3 [0.1, 40];
-/// anechoic_db -20 [-80, -1]; irregular_solidity 0.93 [0, 1].
+/// min_contrast_db 5 [0.1, 40]; anechoic_db -20 [-80, -1]; irregular_solidity
+/// 0.93 [0, 1].
 /// Counters: frames, lesions.
 ///
 /// ## ultrasound.flow
