@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <swarmflow/report.hpp>
 #include <swarmflow/runtime.hpp>
+#include <swarmflow/schema/completion_generated.h>
 #include <swarmflow/schema/frame_generated.h>
 #include <swarmflow/schema/tokens_generated.h>
 #include <swarmflow/schema/ultrasound_generated.h>
@@ -141,6 +142,30 @@ TEST(UltrasoundStages, AProbeThroughEveryStageStreamsOneFindingPerLesion) {
   EXPECT_GT(us["latency_p99_ms"].get<double>(), 0.0);
   // Without an ultrasound.report stage there is no such object.
   EXPECT_FALSE(nlohmann::json::parse(RunReport{}.to_json()).contains("ultrasound"));
+}
+
+// lm.detokenize gathers a finding's token envelope into one completion,
+// as it gathers a generated answer.
+TEST(UltrasoundStages, LmDetokenizeGathersAFindingIntoItsLine) {
+  constexpr int kFrames = 3;
+  Chain chain("synthetic://ultrasound?seed=8", kFrames);
+  ASSERT_TRUE(chain.run(kFrames));
+  Runtime rt;  // carries the lm pack
+  StageRunner detokenize(rt.registry(), "lm.detokenize");
+  ASSERT_TRUE(detokenize.start().ok());
+  const auto& findings = chain.report->output("findings");
+  ASSERT_FALSE(findings.empty());
+  for (const Envelope& f : findings) ASSERT_TRUE(detokenize.feed("in", f).ok());
+  const auto& completions = detokenize.output("out");
+  ASSERT_EQ(completions.size(), findings.size());
+  const auto* c = completions.back().as<schema::Completion>();
+  ASSERT_NE(c, nullptr);
+  const auto* last = findings.back().as<schema::Tokens>();
+  EXPECT_EQ(c->request_id(), last->request_id());
+  std::string line;
+  for (const auto* piece : *last->pieces()) line += piece->str();
+  EXPECT_EQ(c->text()->str(), line);
+  EXPECT_EQ(line.back(), '.');
 }
 
 TEST(UltrasoundStages, SegmentRefusesFramesOfDifferentSizes) {
