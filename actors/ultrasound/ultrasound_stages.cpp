@@ -485,6 +485,64 @@ void Report::publish() {
   set("latency_max_us", latency_max_ms_ * 1000);
 }
 
+bool Report::snapshot(std::string& out) const {
+  std::ostringstream o;
+  o.precision(17);
+  o << "ultrasound.report 1\n"
+    << frames_ << ' ' << findings_sent_ << ' ' << partial_ << ' ' << latency_count_ << ' ' << latency_max_ms_ << '\n'
+    << tally_.frames << ' ' << tally_.count_right << ' ' << tally_.false_lesions << ' ' << tally_.vessels << ' '
+    << tally_.vessels_found << ' ' << tally_.flow_error_sum << ' ' << tally_.flow_error_max << '\n'
+    << tally_.by_class.size() << '\n';
+  for (const auto& [name, c] : tally_.by_class) {
+    o << name << ' ' << c.lesions << ' ' << c.found << ' ' << c.size_right << ' ' << c.class_right << ' ' << c.dice_sum
+      << '\n';
+  }
+  for (std::size_t i = 0; i < latency_.size(); ++i) {
+    if (latency_[i] > 0) o << i << ' ' << latency_[i] << '\n';
+  }
+  out = o.str();
+  return true;
+}
+
+Status Report::restore(const std::string& state) {
+  std::istringstream in(state);
+  std::string tag;
+  int version = 0;
+  ScoreTally t;
+  std::uint64_t frames = 0, sent = 0, partial = 0, count = 0;
+  double max_ms = 0;
+  std::size_t classes = 0;
+  bool ok = static_cast<bool>(in >> tag >> version) && tag == "ultrasound.report" && version == 1;
+  ok = ok && static_cast<bool>(in >> frames >> sent >> partial >> count >> max_ms);
+  ok = ok && static_cast<bool>(in >> t.frames >> t.count_right >> t.false_lesions >> t.vessels >> t.vessels_found >>
+                               t.flow_error_sum >> t.flow_error_max >> classes);
+  for (std::size_t i = 0; ok && i < classes; ++i) {
+    std::string name;
+    ScoreTally::PerClass c;
+    ok = static_cast<bool>(in >> name >> c.lesions >> c.found >> c.size_right >> c.class_right >> c.dice_sum);
+    if (ok) t.by_class[name] = c;
+  }
+  std::vector<std::uint64_t> latency(kBuckets, 0);
+  std::size_t bucket = 0;
+  std::uint64_t n = 0;
+  while (ok && in >> bucket >> n) {
+    if (bucket >= kBuckets) ok = false;
+    else latency[bucket] = n;
+  }
+  if (!ok || !in.eof()) {
+    return Status::error("ultrasound.report: a snapshot it cannot read", StatusCode::invalid_argument);
+  }
+  tally_ = std::move(t);
+  frames_ = frames;
+  findings_sent_ = sent;
+  partial_ = partial;
+  latency_count_ = count;
+  latency_max_ms_ = max_ms;
+  latency_ = std::move(latency);
+  publish();
+  return {};
+}
+
 void Report::stop(StageContext& ctx) {
   ctx_ = &ctx;
   publish();

@@ -72,7 +72,9 @@
 /// dice_sum_ppm, facts, facts_right, count_right, size_right, class_right,
 /// vessels_truth, flow_error_sum_ppm, latency_p50_us, latency_p99_us,
 /// latency_max_us, and dice_sum_ppm.<type> / lesions_truth.<type> per lesion
-/// type. Prints the scored summary when it stops (`summary`). Run one replica.
+/// type. Prints the scored summary when it stops (`summary`). Run one
+/// replica. It is stateful: on a unit process its scores are snapshotted and
+/// a failover restores them elsewhere.
 ///
 /// ```yaml
 /// stages:
@@ -167,6 +169,10 @@ class Report final : public Stage {
   Status start(StageContext& ctx) override;
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
   void stop(StageContext& ctx) override;
+  /// Its scores and latency histogram, so that a failover carries on from
+  /// the snapshot rather than from zero.
+  bool snapshot(std::string& out) const override;
+  Status restore(const std::string& state) override;
 
   const ScoreTally& tally() const { return tally_; }
 

@@ -168,6 +168,41 @@ TEST(UltrasoundStages, LmDetokenizeGathersAFindingIntoItsLine) {
   EXPECT_EQ(line.back(), '.');
 }
 
+// A failover restores the report's scores from its snapshot: half a run,
+// snapshot, restore elsewhere, the other half, scores as one run's.
+TEST(UltrasoundStages, ReportCarriesItsScoresAcrossASnapshot) {
+  constexpr int kFrames = 8;
+  Chain chain("synthetic://ultrasound?seed=9", kFrames);
+  ASSERT_TRUE(chain.run(kFrames));
+  auto fresh = [&] {
+    auto r = std::make_unique<StageRunner>(chain.registry, "ultrasound.report", "report");
+    EXPECT_TRUE(r->set("summary", false).ok());
+    EXPECT_TRUE(r->start().ok());
+    return r;
+  };
+  auto feed = [&](StageRunner& r, int i) {
+    const Envelope& l = chain.segment->output("results")[static_cast<std::size_t>(i)];
+    const Envelope& v = chain.flow->output("results")[static_cast<std::size_t>(i)];
+    return r.feed_joined({{"lesions", &l}, {"vessels", &v}}).ok();
+  };
+  auto first = fresh();
+  for (int i = 0; i < kFrames / 2; ++i) ASSERT_TRUE(feed(*first, i));
+  std::string state;
+  ASSERT_TRUE(first->stage().snapshot(state));
+  auto second = fresh();
+  ASSERT_TRUE(second->stage().restore(state).ok());
+  for (int i = kFrames / 2; i < kFrames; ++i) ASSERT_TRUE(feed(*second, i));
+  second->stop();
+  for (const char* name : {"frames", "scored_frames", "lesions_truth", "dice_sum_ppm", "facts", "facts_right",
+                           "vessels_truth", "flow_error_sum_ppm"}) {
+    EXPECT_EQ(second->counter_value(name), chain.report->counter_value(name)) << name;
+  }
+  EXPECT_EQ(first->output("findings").size() + second->output("findings").size(),
+            chain.report->output("findings").size());
+  EXPECT_FALSE(fresh()->stage().restore("ultrasound.report 1\n3 x").ok());
+  EXPECT_FALSE(fresh()->stage().restore("something else").ok());
+}
+
 TEST(UltrasoundStages, SegmentRefusesFramesOfDifferentSizes) {
   Registry registry;
   testing::register_media_packs(registry);
