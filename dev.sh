@@ -2,6 +2,8 @@
 # swarmflow's two quick-start commands:
 #   ./dev.sh main   install what is missing, build, run the main job (the inspection example)
 #                   on the embedded default; its files go to build/out/
+#   ./dev.sh ultrasound  the same for the ultrasound example (docs/ultrasound.md); its files go
+#                   to build/out/
 #   ./dev.sh test   install what is missing, build, run the whole test suite
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +34,13 @@ case "$cmd" in
     echo "swarmflow: running pipelines/inspection.yaml; files go to $build_dir/out" >&2
     exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/inspection.yaml" --report inspection-report.json "$@"
     ;;
+  ultrasound)
+    build
+    mkdir -p "$build_dir/out"
+    cd "$build_dir/out"
+    echo "swarmflow: running pipelines/ultrasound.yaml; files go to $build_dir/out" >&2
+    exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/ultrasound.yaml" --report ultrasound-report.json "$@"
+    ;;
   quickstart)
     build
     exec "$build_dir/src/cli/swarmflow" run "$root/pipelines/quickstart.yaml" "$@"
@@ -44,7 +53,7 @@ case "$cmd" in
     build "$@"
     ;;
   *)
-    echo "usage: ./dev.sh main|test|build|quickstart" >&2
+    echo "usage: ./dev.sh main|ultrasound|test|build|quickstart" >&2
     exit 2
     ;;
 esac

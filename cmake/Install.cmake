@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/swarmflow" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 # The headers of the packs this build has.
 set(_swarmflow_packs sim io lm)
-foreach(pack VIDEO VISION INSPECTION)
+foreach(pack VIDEO VISION INSPECTION ULTRASOUND)
   if(SWARMFLOW_WITH_${pack})
     string(TOLOWER ${pack} name)
     list(APPEND _swarmflow_packs ${name})

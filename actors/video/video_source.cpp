@@ -44,6 +44,7 @@ void VideoSource::setup(StageSpec& s) {
 Status VideoSource::start(StageContext& ctx) {
   capture_.reset();
   synthetic_.reset();
+  ultrasound_.reset();
   std::string error;
   if (!parse_source_uri(uri_text_, &uri_, &error)) return Status::error(error, StatusCode::invalid_argument);
 
@@ -73,8 +74,27 @@ Status VideoSource::start(StageContext& ctx) {
 }
 
 Status VideoSource::start_synthetic(StageContext& ctx) {
-  SyntheticPartsConfig config;
   std::string error;
+  if (uri_.uri.compare(0, 22, "synthetic://ultrasound") == 0) {
+    SyntheticUltrasoundConfig config;
+    if (format_ != "BGR" && format_ != "GRAY8") {
+      return Status::error("synthetic://ultrasound renders BGR or GRAY8; set format: BGR or GRAY8",
+                           StatusCode::invalid_argument);
+    }
+    // As for the parts camera, width and height set the frame size; the
+    // field in mm is the frame size times mm_per_px.
+    if (width_ > 0) config.width = static_cast<int>(width_);
+    if (height_ > 0) config.height = static_cast<int>(height_);
+    if (!parse_ultrasound_uri(uri_.uri, &config, &error)) return Status::error(error, StatusCode::invalid_argument);
+    config.seed += static_cast<std::uint64_t>(ctx.replica());
+    ultrasound_ = std::make_unique<SyntheticUltrasound>(config);
+    stream_ = static_cast<std::uint64_t>(ctx.replica());
+    next_index_ = first_index_;
+    start_ns_ = ctx.now_ns();
+    ctx.set_live(fps_ > 0);
+    return {};
+  }
+  SyntheticPartsConfig config;
   if (!parse_synthetic_uri(uri_.uri, &config, &error)) return Status::error(error, StatusCode::invalid_argument);
   if (format_ != "BGR") {
     return Status::error("synthetic:// renders BGR only; set format: BGR (convert downstream if needed)",
@@ -151,7 +171,7 @@ Status VideoSource::process(Inputs& /*in*/, Outputs& out, StageContext& ctx) {
     capture_.reset();  // frees the camera at once
     return Status::end_of_stream();
   }
-  if (synthetic_) return produce_synthetic(out, ctx);
+  if (synthetic_ || ultrasound_) return produce_synthetic(out, ctx);
   if (capture_) return produce_captured(out, ctx);
   return Status::end_of_stream();
 }
@@ -180,7 +200,7 @@ Status VideoSource::produce_captured(Outputs& out, StageContext& ctx) {
 }
 
 bool VideoSource::snapshot(std::string& out) const {
-  if (synthetic_) {
+  if (synthetic_ || ultrasound_) {
     out = "synthetic " + std::to_string(next_index_) + " " + std::to_string(delivered_);
     return true;
   }
@@ -199,7 +219,7 @@ Status VideoSource::restore(const std::string& state) {
   std::uint64_t next = 0;
   std::int64_t delivered = 0;
   const bool read = static_cast<bool>(in >> kind >> next >> delivered);
-  if (read && kind == "synthetic" && synthetic_) {
+  if (read && kind == "synthetic" && (synthetic_ || ultrasound_)) {
     next_index_ = next;
     delivered_ = delivered;
     rebase_pacing_ = true;
@@ -227,10 +247,11 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
       return {};
     }
   }
-  const SyntheticPartsConfig& config = synthetic_->config();
-  const auto width = static_cast<std::size_t>(config.width);
-  const auto height = static_cast<std::size_t>(config.height);
-  const std::size_t stride = width * 3;
+  const auto width = static_cast<std::size_t>(synthetic_ ? synthetic_->config().width : ultrasound_->config().width);
+  const auto height =
+      static_cast<std::size_t>(synthetic_ ? synthetic_->config().height : ultrasound_->config().height);
+  const bool grey = ultrasound_ && format_ == "GRAY8";
+  const std::size_t stride = width * (grey ? 1 : 3);
   const std::size_t size = stride * height;
   const std::int64_t capture_ns = ctx.now_ns();
 
@@ -238,9 +259,21 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
   const auto camera = fbb.CreateString(camera_id_);
   std::uint8_t* pixels = nullptr;
   const auto data = fbb.CreateUninitializedVector(size, &pixels);
-  const PartTruth truth = synthetic_->render(next_index_, pixels, stride);  // drawn straight into the payload
-  const auto ground_truth = fbb.CreateString(to_json(truth));
-  const auto frame = schema::CreateFrame(fbb, schema::PixelFormat::BGR, static_cast<std::uint32_t>(width),
+  // Drawn straight into the payload.
+  std::uint64_t part_id = 0;
+  std::string truth_json;
+  if (synthetic_) {
+    const PartTruth truth = synthetic_->render(next_index_, pixels, stride);
+    part_id = truth.part_id;
+    truth_json = to_json(truth);
+  } else if (grey) {
+    cv::Mat plane(static_cast<int>(height), static_cast<int>(width), CV_8U, pixels);
+    truth_json = to_json(ultrasound_->render_grey(next_index_, plane));
+  } else {
+    truth_json = to_json(ultrasound_->render(next_index_, pixels, stride));
+  }
+  const auto ground_truth = fbb.CreateString(truth_json);
+  const auto frame = schema::CreateFrame(fbb, grey ? schema::PixelFormat::GRAY8 : schema::PixelFormat::BGR, static_cast<std::uint32_t>(width),
                                          static_cast<std::uint32_t>(height), static_cast<std::uint32_t>(stride),
                                          capture_ns, camera, next_index_, data, ground_truth);
   schema::FinishFrameBuffer(fbb, frame);
@@ -249,7 +282,7 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
   header.stream = stream_;
   header.seq = next_index_;
   header.capture_ns = capture_ns;
-  header.part_id = truth.part_id;
+  header.part_id = part_id;
   out.emit(frames_, Payload::from_builder(fbb), header);
   ++next_index_;
   ++delivered_;
@@ -260,6 +293,7 @@ Status VideoSource::produce_synthetic(Outputs& out, StageContext& ctx) {
 void VideoSource::stop(StageContext& /*ctx*/) {
   capture_.reset();
   synthetic_.reset();
+  ultrasound_.reset();
 }
 
 }  // namespace swarmflow::video

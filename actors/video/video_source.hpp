@@ -9,11 +9,13 @@
 /// Parameters:
 ///   uri              string   file://PATH | rtsp://... | http(s)://... | v4l2:///dev/videoN |
 ///                             test://PATTERN | synthetic://parts?key=value&... |
-///                             synthetic://checkerboard?key=value&... (a calibration target)
+///                             synthetic://checkerboard?key=value&... (a calibration target) |
+///                             synthetic://ultrasound?key=value&... (a B-mode probe, docs/ultrasound.md)
 ///   width, height    integer  output size, 0 = as the source gives
 ///   fps              number   output rate, 0 = as the source gives (synthetic: 0 = as fast as
 ///                             flow control allows; > 0 = paced and live)
-///   format           string   BGR | GRAY8 | NV12 (synthetic: BGR only), default BGR
+///   format           string   BGR | GRAY8 | NV12 (synthetic: BGR only; synthetic://ultrasound:
+///                             BGR or GRAY8, drawn straight into the payload either way), default BGR
 ///   count            integer  frames to deliver per replica, 0 = until the source ends (files) or
 ///                             forever (live sources)
 ///   camera_id        string   Frame.camera_id; empty = "<stage id>-<replica>"; with several
@@ -28,10 +30,12 @@
 ///
 /// Envelope headers: seq = Frame.frame_index; capture_ns = steady clock at
 /// capture; stream = a stable hash of camera_id (synthetic: station * 2 +
-/// camera); part_id = the part in view (synthetic only, else 0).
+/// camera; ultrasound: the replica); part_id = the part in view (synthetic
+/// parts only, else 0).
 ///
 /// Replicas: replica r of a synthetic source renders station `station + r`
 /// (the URI's station is the base), so `replicas: 4` gives four stations.
+/// Replica r of a synthetic ultrasound probe scans patient `seed + r`.
 /// Replicas of other sources each open the same URI.
 ///
 /// Counters: frames, dropped_frames, reconnects, gap_ms, and expected (the
@@ -59,6 +63,7 @@
 
 #include "video/gst_capture.hpp"
 #include "video/synthetic_parts.hpp"
+#include "video/synthetic_ultrasound.hpp"
 #include "video/video_uri.hpp"
 
 namespace swarmflow::video {
@@ -105,6 +110,7 @@ class VideoSource final : public Stage {
   bool rebase_pacing_ = false;  ///< restored: paced from the next frame on
   std::uint64_t skip_below_ = 0;  ///< a restored file: frames numbered below this were sent already
   std::unique_ptr<SyntheticParts> synthetic_;
+  std::unique_ptr<SyntheticUltrasound> ultrasound_;
   std::unique_ptr<GstCapture> capture_;
   std::atomic<std::int64_t>* frames_counter_ = nullptr;
   std::atomic<std::int64_t>* expected_counter_ = nullptr;

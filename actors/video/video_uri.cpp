@@ -65,7 +65,7 @@ bool parse_source_uri(const std::string& text, SourceUri* uri, std::string* erro
   } else {
     *error = "unsupported video URI '" + text +
              "' (use file://PATH, rtsp://..., http(s)://..., v4l2:///dev/videoN, test://PATTERN or "
-             "synthetic://parts?... or synthetic://checkerboard?...)";
+             "synthetic://parts?..., synthetic://checkerboard?... or synthetic://ultrasound?...)";
     return false;
   }
   if (u.kind != SourceKind::file && u.location.empty()) {

@@ -209,7 +209,8 @@ struct RunReport {
   std::vector<ReplicaReport> replicas;
 
   /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units,
-  /// coordinator, failovers.
+  /// coordinator, failovers; and `ultrasound`, the scores of an
+  /// ultrasound.report stage, when the run has one (docs/ultrasound.md).
   std::string to_json() const;
   const StageReport* stage(const std::string& id) const;
   const EdgeReport* edge(const std::string& from, const std::string& to) const;

@@ -48,6 +48,9 @@
 #include "inspection/batch_quality.hpp"
 #include "inspection/inspection.hpp"
 #endif
+#if SWARMFLOW_WITH_ULTRASOUND
+#include "ultrasound/ultrasound.hpp"
+#endif
 #if SWARMFLOW_WITH_VIDEO && SWARMFLOW_WITH_VISION
 #define SWARMFLOW_WITH_CALIBRATE 1
 #include "cli/calibrate.hpp"
@@ -76,6 +79,9 @@ void register_media_packs([[maybe_unused]] swarmflow::Registry& registry) {
 #if SWARMFLOW_WITH_INSPECTION
   swarmflow::register_inspection_stages(registry);
   swarmflow::inspection::register_batch_quality(registry);
+#endif
+#if SWARMFLOW_WITH_ULTRASOUND
+  swarmflow::register_ultrasound_stages(registry);
 #endif
 }
 

@@ -113,6 +113,37 @@ Json unit_json(const UnitReport& u) {
   return j;
 }
 
+/// The ultrasound example's scores (docs/ultrasound.md): ultrasound.report
+/// keeps them as integer counters; here they become the run report's
+/// top-level `ultrasound` object. Null when the run has no such stage.
+Json ultrasound_json(const std::vector<StageReport>& stages) {
+  const StageReport* r = nullptr;
+  for (const StageReport& s : stages) {
+    if (s.type == "ultrasound.report") r = &s;
+  }
+  if (r == nullptr) return Json(nullptr);
+  auto get = [&](const std::string& name) { return static_cast<double>(counter_or(*r, name, 0)); };
+  auto ratio = [](double a, double b) { return b > 0 ? Json(a / b) : Json(nullptr); };
+  Json j = Json::object();
+  j["frames"] = counter_or(*r, "frames", 0);
+  j["scored_frames"] = counter_or(*r, "scored_frames", 0);
+  j["lesions"] = counter_or(*r, "lesions_truth", 0);
+  j["dice_mean"] = ratio(get("dice_sum_ppm") / 1e6, get("lesions_truth"));
+  Json by_type = Json::object();
+  const std::string prefix = "lesions_truth.";
+  for (const auto& [name, n] : r->counters) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string type = name.substr(prefix.size());
+    by_type[type] = ratio(get("dice_sum_ppm." + type) / 1e6, static_cast<double>(n));
+  }
+  j["dice_by_type"] = std::move(by_type);
+  j["flow_error_mean"] = ratio(get("flow_error_sum_ppm") / 1e6, get("vessels_truth"));
+  j["report_facts_correct"] = ratio(get("facts_right"), get("facts"));
+  j["latency_p50_ms"] = get("latency_p50_us") / 1000;
+  j["latency_p99_ms"] = get("latency_p99_us") / 1000;
+  return j;
+}
+
 }  // namespace
 
 std::string RunReport::to_json() const {
@@ -186,6 +217,7 @@ std::string RunReport::to_json() const {
     replicas_j.push_back(std::move(rj));
   }
   j["replicas"] = std::move(replicas_j);
+  if (Json us = ultrasound_json(stages); !us.is_null()) j["ultrasound"] = std::move(us);
   // Names and messages come from users and stages; never fail on bad UTF-8.
   return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }

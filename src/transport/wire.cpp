@@ -20,6 +20,7 @@
 #include <swarmflow/schema/frame_generated.h>
 #include <swarmflow/schema/tokens_generated.h>
 #include <swarmflow/schema/quality_generated.h>
+#include <swarmflow/schema/ultrasound_generated.h>
 #include <swarmflow/schema/vision_generated.h>
 
 namespace swarmflow::transport {
@@ -94,6 +95,8 @@ class TypeTable {
     insert(schema::ControlIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyControlBuffer(v); });
     insert(schema::BatchReportIdentifier(),
            [](flatbuffers::Verifier& v) { return schema::VerifyBatchReportBuffer(v); });
+    insert(schema::UltrasoundResultsIdentifier(),
+           [](flatbuffers::Verifier& v) { return schema::VerifyUltrasoundResultsBuffer(v); });
   }
 
   // A replaced verifier stays alive (in `functions_`), so a pointer that find()

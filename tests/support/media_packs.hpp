@@ -6,6 +6,7 @@
 
 #include "inspection/batch_quality.hpp"
 #include "inspection/inspection.hpp"
+#include "ultrasound/ultrasound.hpp"
 #include "video/video.hpp"
 #include "vision/vision.hpp"
 
@@ -16,6 +17,7 @@ inline void register_media_packs(Registry& registry) {
   register_vision_stages(registry);
   register_inspection_stages(registry);
   inspection::register_batch_quality(registry);
+  register_ultrasound_stages(registry);
 }
 
 }  // namespace swarmflow::testing

@@ -37,6 +37,20 @@ class StageRunner final : public StageContext {
     in.reset(index, &envelope);
     return step(in, envelope.header());
   }
+  /// One step with a joined set, as a host delivers it for a stage with
+  /// `join:`: `by_port` names the envelope on each input (a missing input
+  /// is absent from the set); `partial` flags a set incomplete at its deadline.
+  Status feed_joined(const std::map<std::string, const Envelope*>& by_port, bool partial = false) {
+    std::vector<const Envelope*> set(spec_.inputs().size(), nullptr);
+    for (const auto& [port, envelope] : by_port) {
+      const int index = spec_.input_index(port);
+      if (index < 0) throw std::invalid_argument("no input port " + port);
+      set[static_cast<std::size_t>(index)] = envelope;
+    }
+    Inputs in;
+    in.reset_joined(&set, partial);
+    return step(in, in.envelope() != nullptr ? in.envelope()->header() : EnvelopeHeader{});
+  }
   /// One step of a source.
   Status pull() {
     Inputs in;

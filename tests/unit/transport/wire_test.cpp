@@ -543,7 +543,9 @@ TEST(WirePayload, ShortPayloadHasNoIdentifier) {
 }
 
 TEST(WirePayload, BuiltInTypesAreKnownAndTheHeaderIsNot) {
-  for (const char* id : {"SFBL", "SFFR", "SFTK", "SFVR", "SFCT"}) EXPECT_NE(PayloadTypes::find(id), nullptr) << id;
+  for (const char* id : {"SFBL", "SFFR", "SFTK", "SFVR", "SFCT", "SFUS"}) {
+    EXPECT_NE(PayloadTypes::find(id), nullptr) << id;
+  }
   EXPECT_EQ(PayloadTypes::find("SFEH"), nullptr);
   EXPECT_EQ(PayloadTypes::find("SFB"), nullptr);
 }
