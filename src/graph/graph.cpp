@@ -130,6 +130,10 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
     const bool feedback_stage = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->feedback;
     edge.feedback = feedback_stage && component[static_cast<std::size_t>(edge.to_node)] ==
                                           component[static_cast<std::size_t>(edge.from_node)];
+    // A cycle of blocking edges can fill and stop for good (each producer
+    // waits for credit from a consumer that waits for it): a feedback edge
+    // never blocks its producer, it keeps the newest and drops the oldest.
+    if (edge.feedback && edge.overflow == config::Overflow::block) edge.overflow = config::Overflow::drop_oldest;
   }
   return g;
 }

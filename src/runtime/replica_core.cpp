@@ -70,12 +70,15 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
     const int upstream = g.nodes[static_cast<std::size_t>(edge.from_node)].decl->replicas;
     in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
-    in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
+    in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), edge.feedback, std::vector<int>(upstream, 0),
                          std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)], {}});
     const std::size_t window = dedup_window(g, edge);
     in_.back().upstream.resize(static_cast<std::size_t>(upstream));
     for (auto& up : in_.back().upstream) up.seen.resize(window);
-    eos_remaining_ += upstream;
+    // End of stream waits on forward inputs only: a feedback edge's producer
+    // ends after this replica does (it is downstream of it), so waiting for
+    // it would hang every cycle.
+    if (!edge.feedback) eos_remaining_ += upstream;
   }
   join_ = n.decl->join;
   join_limit_ = join_set_limit(n.decl->queue.capacity);
@@ -384,10 +387,11 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     const int index = in_edge(edge, from);
     if (index < 0) continue;
     forget_producer(index, from);
-    Upstream& up = in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)];
+    InEdge& in = in_[static_cast<std::size_t>(index)];
+    Upstream& up = in.upstream[static_cast<std::size_t>(from)];
     if (!up.ended) {
       up.ended = true;
-      --eos_remaining_;
+      if (!in.feedback) --eos_remaining_;
     }
   }
   if (finished_) {
@@ -480,7 +484,7 @@ void ReplicaCore::drain(std::int64_t now) {
       // A new incarnation of a producer may end its stream again.
       if (!up.ended) {
         up.ended = true;
-        --eos_remaining_;
+        if (!in.feedback) --eos_remaining_;
       }
       flush_acks(in, true);
     } else if (!item.envelope.payload()) {
@@ -492,6 +496,14 @@ void ReplicaCore::drain(std::int64_t now) {
       if (duplicates_counter_ == nullptr) duplicates_counter_ = &setup_.stats->counter("duplicates_dropped");
       duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
+      --data_queued_;
+    } else if (in.feedback && (finished_ || eos_remaining_ == 0)) {
+      // Still circulating when the forward inputs ended: acknowledged and
+      // counted, not processed, so that the cycle drains (docs/design.md,
+      // "Cycles").
+      setup_.stats->counter("feedback_after_end").fetch_add(1, std::memory_order_relaxed);
+      remember(up, item);
+      settle_item(item);
       --data_queued_;
     } else if (finished_) {
       // The stage is stopped: only a duplicate was to be expected here.

@@ -205,6 +205,7 @@ class ReplicaCore final : public StageContext {
     int edge;
     int port;
     int threshold;
+    bool feedback;                ///< closes a cycle: end of stream does not wait for it
     std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
     std::vector<int> releasable;  ///< per upstream replica: released here, release not yet sent
     EdgeSideStats* stats;

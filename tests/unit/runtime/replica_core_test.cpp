@@ -500,5 +500,49 @@ TEST(ReplicaCore, AStageThatKeepsFailingFailsTheRunAfterFiveDeadLettersInARow) {
   EXPECT_EQ(h.effects.sent.size(), 1U);
 }
 
+
+const std::string kCycle =
+    "pipeline: core\nstages:\n"
+    "  - {id: src, type: sim.source}\n"
+    "  - {id: a, type: test.pass, inputs: {in: [src/out, b/out]}, feedback: true, queue: {capacity: 4}}\n"
+    "  - {id: b, type: test.pass, inputs: {in: a/out}}\n"
+    "  - {id: sink, type: sim.sink, inputs: {in: b/out}}\n";
+
+TEST(ReplicaCore, EndOfStreamDoesNotWaitOnAFeedbackEdge) {
+  Harness h(kCycle, "a");
+  const int in = h.edge("src/out", "a/in");
+  const int back = h.edge("b/out", "a/in");
+  const int out = h.edge("a/out", "b/in");
+  ASSERT_TRUE(h.graph.edges[static_cast<std::size_t>(back)].feedback);
+  ASSERT_FALSE(h.graph.edges[static_cast<std::size_t>(in)].feedback);
+  h.core->start();
+  h.core->deliver(in, 0, blob(0));
+  h.core->deliver(back, 0, blob(0));  // once round the cycle: processed
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  // The source ends; b, the feedback producer, has not (it cannot before a does).
+  h.core->end_of_stream(in, 0);
+  EXPECT_TRUE(h.core->has_finished());
+  ASSERT_EQ(h.effects.eos.size(), 1U);
+  EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
+  // What still circulates is acknowledged and counted, not processed.
+  const int credits = h.effects.credits_returned();
+  h.core->deliver(back, 0, blob(1));
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.stats[0]->counter("feedback_after_end").load(), 1);
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 0U);
+  EXPECT_EQ(h.effects.credits_returned(), credits + 1);
+  // It leaves once b has released what it was sent.
+  EXPECT_FALSE(h.effects.done);
+  h.core->ack(out, 0, 2, 2, 0);
+  EXPECT_TRUE(h.effects.done);
+}
+
+TEST(ReplicaCore, AFeedbackEdgeNeverBlocksItsProducer) {
+  Harness h(kCycle, "b");
+  const int back = h.edge("b/out", "a/in");
+  EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(back)].overflow, config::Overflow::drop_oldest);
+  EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(h.edge("src/out", "a/in"))].overflow, config::Overflow::block);
+}
+
 }  // namespace
 }  // namespace swarmflow::runtime
