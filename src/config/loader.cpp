@@ -69,7 +69,7 @@ const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", 
                                                "snapshot_ms"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
-                                             "key", "feedback", "placement", "join"};
+                                             "key", "feedback", "placement", "join",   "fanout"};
 const std::vector<std::string> kJoinKeys = {"key", "timeout_ms"};
 const std::vector<std::string> kReplicaKeys = {"min", "max"};
 const std::vector<std::string> kQueueKeys = {"capacity", "overflow"};
@@ -720,6 +720,7 @@ class Loader {
       if (auto feedback = read_boolean(*e, "'feedback' of " + what)) decl.feedback = *feedback;
     }
     if (const Entry* e = entries->find("placement")) read_stage_placement(*e, decl, what);
+    if (const Entry* e = entries->find("fanout")) read_fanout(*e, decl, what);
     if (facts.type_known && facts.ports->requires_join() && !decl.join.enabled && facts.named_inputs.size() >= 2) {
       report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
              what + " needs its inputs together in one step, but without `join:` it would see each alone (and do "
@@ -989,6 +990,25 @@ class Loader {
       return;
     }
     decl.keyed = true;
+  }
+
+  void read_fanout(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto fanout = read_string(e, "'fanout' of " + what);
+    if (!fanout) return;
+    if (*fanout == "one") return;
+    if (*fanout != "all") {
+      report(e.value_loc(), "unknown fanout " + in_quotes(*fanout) + " of " + what,
+             "use `all` (each envelope goes to every replica, for a voter to compare) or `one` (the default: "
+             "each goes to one replica)");
+      return;
+    }
+    decl.fanout_all = true;
+    decl.fanout_loc = e.key_loc();
+    if (decl.keyed) {
+      report(e.key_loc(), "`fanout: all` and `key: " + std::string(to_string(decl.key)) + "` of " + what +
+                              " contradict each other: a key sends each envelope to one replica, fanout to all",
+             "remove `key:` (every replica sees every stream anyway) or `fanout:`");
+    }
   }
 
   void read_join(const Entry& e, StageDecl& decl, const StageFacts& facts, const std::string& what) {

@@ -117,6 +117,7 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
       edge.overflow = consumer.queue.overflow;
       edge.keyed = consumer.keyed;
       edge.key = consumer.key;
+      edge.fanout_all = consumer.fanout_all;
       g.nodes[static_cast<std::size_t>(from)].out_edges.push_back(edge.id);
       g.nodes[to].in_edges.push_back(edge.id);
       g.edges.push_back(std::move(edge));
@@ -170,6 +171,7 @@ std::string Graph::to_dot(const std::string& name) const {
                         "\\n" + dot_escape(edge.type) + "\\nqueue " + std::to_string(edge.capacity) + ", " +
                         config::to_string(edge.overflow);
     if (edge.keyed) label += std::string(", keyed by ") + config::to_string(edge.key);
+    if (edge.fanout_all) label += ", to every replica";
     out += "  \"" + dot_escape(from.decl->id) + "\" -> \"" + dot_escape(to.decl->id) + "\" [label=\"" +
            label + "\"" + (edge.feedback ? ", style=dashed" : "") + "];\n";
   }

@@ -34,7 +34,9 @@ std::size_t output_hold(const graph::Graph& g, const graph::Node& n) {
   for (int e : n.out_edges) {
     const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
     const int consumers = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
-    hold += static_cast<std::size_t>(std::max(1, edge.capacity)) * static_cast<std::size_t>(consumers + 1);
+    // What may wait: `capacity`, or `capacity` copies per replica under `fanout: all`.
+    const int waiting = edge.fanout_all ? consumers : 1;
+    hold += static_cast<std::size_t>(std::max(1, edge.capacity)) * static_cast<std::size_t>(consumers + waiting);
   }
   return hold;
 }
@@ -110,6 +112,7 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
                            setup_.out_stats[static_cast<std::size_t>(e)],
                            std::vector<bool>(static_cast<std::size_t>(downstream), false),
                            std::vector<bool>(static_cast<std::size_t>(downstream), false)});
+    out_.back().router.set_fanout(edge.fanout_all);
     if (static_cast<std::size_t>(e) < setup_.remote_consumers.size()) {
       out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
                                     setup_.max_remote_payload_bytes);
