@@ -291,8 +291,15 @@ class StageContext {
   virtual double speed() const = 0;
   /// True once the run is stopping; a source should return end of stream.
   virtual bool stop_requested() const = 0;
-  /// A source that is not due yet calls this and returns ok without output;
-  /// the host calls it again at `t_ns` (steady clock) instead of at once.
+  /// Asks to be called at `t_ns` (steady clock). A source that is not due
+  /// yet calls this and returns ok without output; the host calls it again
+  /// at `t_ns` instead of at once. A stage with inputs may call it in any
+  /// step (a voter that waits for a deadline): the host then calls `process`
+  /// at `t_ns` with no input (`Inputs::port()` is -1, `envelope()` null) and
+  /// the header of its outputs empty. The time asked for last stands (a
+  /// step that does not ask leaves it as it was); `defer_until(0)` cancels
+  /// it. The replica does not end while a call back is due, so a stage must
+  /// cancel it once it has nothing pending.
   virtual void defer_until(std::int64_t t_ns) = 0;
   /// Marks a source as live: it produces on its own clock (a camera), so when
   /// flow control has no credit its envelopes are dropped and counted rather

@@ -163,8 +163,12 @@ void ReplicaCore::deliver(int edge, int from, std::vector<Envelope>& batch) {
 void ReplicaCore::tick(int kind) {
   switch (kind) {
     case kPull:
-      pull_scheduled_ = false;
-      pull();
+      if (source_) {
+        pull_scheduled_ = false;
+        pull();
+      } else {
+        wake();
+      }
       break;
     case kResume:
       backoff_ = false;
@@ -281,12 +285,14 @@ void ReplicaCore::resume() {
   if (!started_ || finished_) return;
   drain();
   if (source_) pull();
+  if (wake_at_ != 0 && setup_.clock() >= wake_at_) wake();
   maybe_finish();
 }
 
 void ReplicaCore::maybe_finish() {
   if (finished_ || !started_) return;
-  const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
+  // A stage with inputs that asked to be called back is, until then.
+  const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0 && wake_at_ == 0;
   if (inputs_done && !joins_.empty() && !blocked()) expire_joins(0, true);
   if (!inputs_done || !queue_.empty() || !joins_.empty() || any_waiting() || backoff_) return;
   finish();
@@ -584,6 +590,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   inputs_.reset(in.port, &item.envelope);
   outputs_.reset(item.envelope.header());
   const std::int64_t t0 = t;
+  defer_until_ = -1;
   Status s = call_process();
   const std::int64_t t1 = setup_.clock();
   t = t1;
@@ -600,6 +607,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
   if (sink_) setup_.stats->record_latency(t1 - item.envelope.header().capture_ns);
   emit_outputs();
+  request_wake();
   return true;
 }
 
@@ -702,6 +710,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     inputs_.reset_joined(&by_port, partial);
     outputs_.reset(first->header());
     const std::int64_t t0 = t;
+    defer_until_ = -1;
     Status s = call_process();
     t = setup_.clock();
     if (!s.is_error()) {
@@ -712,6 +721,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       setup_.stats->record_service(t - t0);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
       emit_outputs();
+      request_wake();
       return;
     }
     setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
@@ -1176,6 +1186,65 @@ void ReplicaCore::pull() {
   } else {
     schedule_pull(0);
   }
+}
+
+// -- call backs of a stage with inputs ----------------------------------
+//
+// A stage with inputs may call defer_until(t) in a step (a voter waiting for
+// a deadline): the host calls it again at t with no input (Inputs::port() is
+// -1), as it calls a paced source. The time asked for last stands (a step
+// that does not ask leaves it); 0 cancels it. Its outputs are released
+// like a source's: they name the next input as their origin. The replica
+// does not end while a call back is due: its inputs may have ended, and the
+// stage still has something to say.
+
+void ReplicaCore::request_wake() {
+  if (source_ || defer_until_ < 0) return;  // not asked in this step: what was asked before stands
+  const std::int64_t t = defer_until_;
+  defer_until_ = -1;
+  wake_at_ = t;  // 0 cancels
+  if (t == 0) return;
+  // A timer at or before t is on its way already (one that comes early asks again).
+  if (wake_timer_ns_ != 0 && wake_timer_ns_ <= t) return;
+  wake_timer_ns_ = t;
+  effects_.schedule(kPull, t);
+}
+
+void ReplicaCore::wake() {
+  const std::int64_t now = setup_.clock();
+  if (wake_timer_ns_ != 0 && wake_timer_ns_ <= now) wake_timer_ns_ = 0;
+  if (wake_at_ == 0 || !started_ || finished_) return;
+  if (now < wake_at_) {
+    // Early (a timer of an earlier request, or a coarse clock): again at its time.
+    if (wake_timer_ns_ == 0 || wake_timer_ns_ > wake_at_) {
+      wake_timer_ns_ = wake_at_;
+      effects_.schedule(kPull, wake_at_);
+    }
+    return;
+  }
+  if (blocked()) return;       // resume() calls it once outputs have left
+  wake_at_ = 0;
+  if (failed_ || !stage_) {
+    maybe_finish();
+    return;
+  }
+  inputs_.reset(-1, nullptr);
+  outputs_.reset(EnvelopeHeader{});
+  origin_ = next_ordinal_;
+  defer_until_ = -1;
+  Status s = call_process();
+  const std::int64_t t1 = setup_.clock();
+  setup_.stats->busy_ns.fetch_add(t1 - now, std::memory_order_relaxed);
+  if (s.is_error()) {
+    // Nothing to retry: the call back is lost, counted and logged.
+    setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
+    log("replica " + std::to_string(setup_.replica) + " failed when called back: " + s.message());
+    outputs_.items().clear();
+  } else {
+    emit_outputs();
+    request_wake();
+  }
+  maybe_finish();
 }
 
 // -- logging ------------------------------------------------------------

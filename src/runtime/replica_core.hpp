@@ -114,6 +114,8 @@ struct PlacementChange {
 class ReplicaCore final : public StageContext {
  public:
   /// Kinds of `ReplicaEffects::schedule` and `tick`.
+  /// kPull: a source's next steps, or the call back a stage with inputs
+  /// asked for with `defer_until`.
   /// kFlush: an idle replica returns the credits and releases it still owes
   /// (its producers may be waiting on them: a release waits until outputs are
   /// credited, so batching must not hold one back forever).
@@ -320,6 +322,12 @@ class ReplicaCore final : public StageContext {
   void schedule_pull(std::int64_t at_ns);
   void pull();
 
+  // -- a stage with inputs that asked to be called back (defer_until)
+  /// After a step of a stage with inputs: schedules the call back it asked for.
+  void request_wake();
+  /// Calls the stage with no input once its time has come (kPull of a stage with inputs).
+  void wake();
+
   void log(const std::string& message);
 
   ReplicaSetup setup_;
@@ -364,6 +372,8 @@ class ReplicaCore final : public StageContext {
   bool backoff_ = false;
   bool pull_scheduled_ = false;
   std::int64_t defer_until_ = 0;
+  std::int64_t wake_at_ = 0;  ///< a stage with inputs is to be called back then; 0 = not
+  std::int64_t wake_timer_ns_ = 0;  ///< the earliest call back timer on its way; 0 = none
   int attempts_ = 0;
   int consecutive_failures_ = 0;
   int dead_letter_streak_ = 0;

@@ -102,6 +102,31 @@ class BrokenSource final : public Stage {
   int calls_ = 0;
 };
 
+/// Holds each input and emits it `wait_ms` later, when called back.
+class Later final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(wait_ms_, "wait_ms", "how long each input is held", 10, {0.0, 1e6});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override {
+    if (const Envelope* e = in.envelope(in_)) held_.push_back({ctx.now_ns() + wait_ms_ * kMs, *e});
+    while (!held_.empty() && held_.front().first <= ctx.now_ns()) {
+      out.forward(out_, held_.front().second);
+      held_.erase(held_.begin());
+    }
+    if (!held_.empty()) ctx.defer_until(held_.front().first);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t wait_ms_ = 10;
+  std::vector<std::pair<std::int64_t, Envelope>> held_;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -170,6 +195,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
     EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
+    EXPECT_TRUE(registry.add<Later>("test.later", "emits each input later").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
@@ -542,6 +568,44 @@ TEST(ReplicaCore, AFeedbackEdgeNeverBlocksItsProducer) {
   const int back = h.edge("b/out", "a/in");
   EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(back)].overflow, config::Overflow::drop_oldest);
   EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(h.edge("src/out", "a/in"))].overflow, config::Overflow::block);
+}
+
+
+TEST(ReplicaCore, AStageWithInputsIsCalledBackWhenItAsksAndDoesNotEndBefore) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.later, inputs: {in: src/out}, params: {wait_ms: 10}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(in, 0, blob(0));
+  g_now += 4 * kMs;
+  h.core->deliver(in, 0, blob(1));
+  EXPECT_TRUE(h.effects.sent.empty());
+  // One call back, for the earliest: the first input's time.
+  ASSERT_EQ(h.effects.timers.size(), 1U);
+  EXPECT_EQ(h.effects.timers[0].kind, ReplicaCore::kPull);
+  EXPECT_EQ(h.effects.timers[0].at_ns, t0 + 10 * kMs);
+  // The source ends: the replica stays, something is still due.
+  h.core->end_of_stream(in, 0);
+  EXPECT_FALSE(h.core->has_finished());
+  // A timer that comes early changes nothing but asks again.
+  h.core->tick(ReplicaCore::kPull);
+  EXPECT_TRUE(h.effects.sent.empty());
+  g_now = t0 + 10 * kMs;
+  h.core->tick(ReplicaCore::kPull);
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 0U);
+  EXPECT_FALSE(h.core->has_finished());
+  EXPECT_EQ(h.effects.timers.back().at_ns, t0 + 14 * kMs);
+  g_now = t0 + 14 * kMs;
+  h.core->tick(ReplicaCore::kPull);
+  ASSERT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().seq, 1U);
+  // Nothing more is due: it ends.
+  EXPECT_TRUE(h.core->has_finished());
 }
 
 }  // namespace
