@@ -193,6 +193,20 @@ class Inputs {
   }
   /// True for a joined set that was incomplete at its deadline.
   bool partial() const { return partial_; }
+  /// Who sent this step's envelope: the producing stage's id and the index
+  /// of its replica, as the runtime delivered it (the wire carries the
+  /// producer replica of every envelope). A voter tells the candidates of
+  /// replicas apart by it. Empty and -1 in a source, a joined set and a
+  /// call back.
+  std::string_view producer_stage() const {
+    return producer_stage_ != nullptr ? std::string_view(*producer_stage_) : std::string_view();
+  }
+  int producer_replica() const { return producer_replica_; }
+  /// Used by the host, after `reset`: names the producer of the envelope.
+  void set_producer(const std::string* stage, int replica) {
+    producer_stage_ = stage;
+    producer_replica_ = replica;
+  }
 
   /// Used by the host: one envelope on one port.
   void reset(int port, const Envelope* envelope) {
@@ -200,6 +214,8 @@ class Inputs {
     envelope_ = envelope;
     joined_ = nullptr;
     partial_ = false;
+    producer_stage_ = nullptr;
+    producer_replica_ = -1;
   }
   /// Used by the host: a joined set, `by_port[i]` null where missing.
   void reset_joined(const std::vector<const Envelope*>* by_port, bool partial) {
@@ -207,6 +223,8 @@ class Inputs {
     partial_ = partial;
     port_ = -1;
     envelope_ = nullptr;
+    producer_stage_ = nullptr;
+    producer_replica_ = -1;
     for (std::size_t i = 0; i < by_port->size(); ++i) {
       if ((*by_port)[i] != nullptr) {
         port_ = static_cast<int>(i);
@@ -229,6 +247,8 @@ class Inputs {
   const Envelope* envelope_ = nullptr;
   const std::vector<const Envelope*>* joined_ = nullptr;
   bool partial_ = false;
+  const std::string* producer_stage_ = nullptr;
+  int producer_replica_ = -1;
 };
 
 /// Where a step puts what it produced. Nothing leaves until the step returns

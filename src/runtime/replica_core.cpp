@@ -81,6 +81,7 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     // ends after this replica does (it is downstream of it), so waiting for
     // it would hang every cycle.
     if (!edge.feedback) eos_remaining_ += upstream;
+    producer_ids_.push_back(g.nodes[static_cast<std::size_t>(edge.from_node)].decl->id);
   }
   join_ = n.decl->join;
   join_limit_ = join_set_limit(n.decl->queue.capacity);
@@ -588,6 +589,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   }
   InEdge& in = in_[static_cast<std::size_t>(item.in)];
   inputs_.reset(in.port, &item.envelope);
+  inputs_.set_producer(&producer_ids_[static_cast<std::size_t>(item.in)], item.from);
   outputs_.reset(item.envelope.header());
   const std::int64_t t0 = t;
   defer_until_ = -1;

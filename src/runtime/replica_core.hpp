@@ -343,6 +343,7 @@ class ReplicaCore final : public StageContext {
   std::vector<int> in_index_;
   std::vector<int> out_index_;
   std::vector<InEdge> in_;
+  std::vector<std::string> producer_ids_;  ///< by index into in_: the producing stage's id
   std::vector<OutEdge> out_;
   std::vector<Dispatch> dispatches_;
   RingQueue<Item> queue_;

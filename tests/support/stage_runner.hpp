@@ -37,7 +37,17 @@ class StageRunner final : public StageContext {
     in.reset(index, &envelope);
     return step(in, envelope.header());
   }
-  /// One step of a source.
+  /// One step with `envelope` on input `port`, sent by replica `replica` of stage `from`.
+  Status feed_from(const std::string& port, const Envelope& envelope, const std::string& from, int replica) {
+    int index = spec_.input_index(port);
+    if (index < 0) throw std::invalid_argument("no input port " + port);
+    producer_ = from;
+    Inputs in;
+    in.reset(index, &envelope);
+    in.set_producer(&producer_, replica);
+    return step(in, envelope.header());
+  }
+  /// One step of a source, or the call back of a stage that asked for one (defer_until).
   Status pull() {
     Inputs in;
     return step(in, EnvelopeHeader{});
@@ -101,6 +111,7 @@ class StageRunner final : public StageContext {
   }
 
   std::string id_;
+  std::string producer_;
   StageSpec spec_;
   std::map<std::string, std::vector<Envelope>> outputs_;
   std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>> counters_;

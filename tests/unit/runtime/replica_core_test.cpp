@@ -127,6 +127,26 @@ class Later final : public Stage {
   std::vector<std::pair<std::int64_t, Envelope>> held_;
 };
 
+/// Emits, for each input, a Blob whose stream is its producer's replica.
+class WhoSent final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+  }
+  Status process(Inputs& in, Outputs& out, StageContext&) override {
+    EXPECT_EQ(in.producer_stage(), "src");
+    EnvelopeHeader h = out.base_header();
+    h.stream = static_cast<std::uint64_t>(in.producer_replica());
+    out.forward(out_, in.envelope()->with_header(h));
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -196,6 +216,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Flaky>("test.flaky", "fails on one envelope").ok());
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
     EXPECT_TRUE(registry.add<Later>("test.later", "emits each input later").ok());
+    EXPECT_TRUE(registry.add<WhoSent>("test.who_sent", "tells who sent each input").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
@@ -606,6 +627,24 @@ TEST(ReplicaCore, AStageWithInputsIsCalledBackWhenItAsksAndDoesNotEndBefore) {
   EXPECT_EQ(h.effects.sent[1].envelope.header().seq, 1U);
   // Nothing more is due: it ends.
   EXPECT_TRUE(h.core->has_finished());
+}
+
+
+TEST(ReplicaCore, AStepKnowsWhichReplicaOfWhichStageSentItsEnvelope) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source, replicas: 3}\n"
+            "  - {id: mid, type: test.who_sent, inputs: {in: src/out}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  h.core->deliver(in, 2, blob(0));
+  h.core->deliver(in, 0, blob(1));
+  h.core->deliver(in, 1, blob(2));
+  ASSERT_EQ(h.effects.sent.size(), 3U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().stream, 2U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().stream, 0U);
+  EXPECT_EQ(h.effects.sent[2].envelope.header().stream, 1U);
 }
 
 }  // namespace
