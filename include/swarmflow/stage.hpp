@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <swarmflow/envelope.hpp>
@@ -123,6 +124,16 @@ class StageSpec {
     frame_regions_.push_back(
         FrameRegionDecl{port.index(), std::move(x), std::move(y), std::move(width), std::move(height)});
   }
+  /// For a stage that passes on envelopes of one of its inputs (a voter
+  /// forwards the winning candidate): output `out`, declared with
+  /// AnyPayload, carries what input `in` receives. The loader then checks
+  /// the consumers of `out` against the type of what feeds `in`.
+  template <class O, class I>
+  void passes_type(const OutputPort<O>& out, const InputPort<I>& in) {
+    pass_through_.emplace_back(out.index(), in.index());
+  }
+  /// (output, input) pairs declared with passes_type.
+  const std::vector<std::pair<int, int>>& pass_through() const { return pass_through_; }
   const std::vector<FrameSizeDecl>& frame_sizes() const { return frame_sizes_; }
   const std::vector<FrameRegionDecl>& frame_regions() const { return frame_regions_; }
 
@@ -168,6 +179,7 @@ class StageSpec {
   bool require_join_ = false;
   std::vector<FrameSizeDecl> frame_sizes_;
   std::vector<FrameRegionDecl> frame_regions_;
+  std::vector<std::pair<int, int>> pass_through_;
 };
 
 /// The input of one step. Usually one envelope and the port it came on; for
@@ -325,6 +337,10 @@ class StageContext {
   /// flow control has no credit its envelopes are dropped and counted rather
   /// than waited for. Call in `start`.
   virtual void set_live(bool live) = 0;
+  /// How many producer replicas feed input `port` (the replicas of every
+  /// stage connected to it, summed), or -1 when the host cannot tell. A
+  /// voter takes the number of voters from it.
+  virtual int producers(int /*port*/) const { return -1; }
   /// A named counter of this replica, summed over replicas in the run report.
   /// The reference stays valid for the replica's lifetime, across restarts.
   virtual std::atomic<std::int64_t>& counter(std::string_view name) = 0;

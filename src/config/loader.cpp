@@ -1411,8 +1411,9 @@ class Loader {
     if (!consumer_facts.type_known) return;
     const int index = consumer_facts.ports->input_index(in.port);
     if (index < 0) return;
-    const PortInfo& output = producer_facts.ports->outputs()[static_cast<std::size_t>(out)];
+    PortInfo output = producer_facts.ports->outputs()[static_cast<std::size_t>(out)];
     const PortInfo& input = consumer_facts.ports->inputs()[static_cast<std::size_t>(index)];
+    if (output.type == "*" && input.type != "*") output.type = carried_type(producer_facts, producer, out, 0);
     if (!accepts(input, output)) {
       report(in.loc,
              "port type mismatch: " + producer.id + "/" + output.name + " carries " + output.type +
@@ -1421,6 +1422,32 @@ class Loader {
              "connect an output of type " + input.type + compatible_outputs(input, consumer.id) +
                  ", or add a stage that converts");
     }
+  }
+
+  /// The type output `out` of `producer` carries: the declared one, or for
+  /// an output that passes on an input (StageSpec::passes_type) the type of
+  /// what feeds that input, when every producer of it agrees; "*" when that
+  /// cannot be told (so only an input of any type takes it).
+  std::string carried_type(const StageFacts& facts, const StageDecl& producer, int out, int depth) {
+    const StageSpec& ports = *facts.ports;
+    const std::string& declared = ports.outputs()[static_cast<std::size_t>(out)].type;
+    if (declared != "*" || depth > 16) return declared;
+    for (const auto& [o, i] : ports.pass_through()) {
+      if (o != out) continue;
+      std::string type;
+      for (const auto& in : producer.inputs) {
+        if (ports.input_index(in.port) != i) continue;
+        auto it = first_stage_.find(in.from_stage);
+        if (it == first_stage_.end() || !facts_[it->second].type_known) return "*";
+        const int from = facts_[it->second].ports->output_index(in.from_port);
+        if (from < 0) return "*";
+        const std::string t = carried_type(facts_[it->second], spec_.stages[it->second], from, depth + 1);
+        if (t == "*" || (!type.empty() && t != type)) return "*";
+        type = t;
+      }
+      return type.empty() ? declared : type;
+    }
+    return declared;
   }
 
   /// " (e.g. a/out, b/out)" for up to kExampleOutputs outputs that `input`

@@ -129,6 +129,14 @@ const config::StageDecl& ReplicaCore::decl() const {
 
 const std::string& ReplicaCore::stage_id() const { return decl().id; }
 int ReplicaCore::replica_count() const { return decl().replicas; }
+int ReplicaCore::producers(int port) const {
+  int n = 0;
+  for (const auto& in : in_) {
+    if (in.port == port) n += static_cast<int>(in.upstream.size());
+  }
+  return n;
+}
+
 bool ReplicaCore::stop_requested() const {
   return setup_.stop_requested != nullptr && setup_.stop_requested->load(std::memory_order_relaxed);
 }

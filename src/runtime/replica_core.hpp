@@ -177,6 +177,7 @@ class ReplicaCore final : public StageContext {
   void defer_until(std::int64_t t_ns) override { defer_until_ = t_ns; }
   void set_live(bool live) override { live_ = live; }
   std::atomic<std::int64_t>& counter(std::string_view name) override { return setup_.stats->counter(name); }
+  int producers(int port) const override;
 
  private:
   /// What identifies an envelope to duplicate detection.

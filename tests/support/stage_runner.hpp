@@ -77,6 +77,10 @@ class StageRunner final : public StageContext {
   bool stop_requested() const override { return stop_requested_; }
   void defer_until(std::int64_t t_ns) override { deferred_until_ = t_ns; }
   void set_live(bool live) override { live_ = live; }
+  int producers(int port) const override {
+    auto it = producers_.find(port);
+    return it == producers_.end() ? -1 : it->second;
+  }
   std::atomic<std::int64_t>& counter(std::string_view name) override {
     auto& slot = counters_[std::string(name)];
     if (!slot) slot = std::make_unique<std::atomic<std::int64_t>>(0);
@@ -87,6 +91,7 @@ class StageRunner final : public StageContext {
   void set_now_ns(std::int64_t t) { now_ns_ = t; }
   void set_stop_requested(bool v) { stop_requested_ = v; }
   void set_replica(int r) { replica_ = r; }
+  void set_producers(const std::string& port, int n) { producers_[spec_.input_index(port)] = n; }
   std::int64_t deferred_until() const { return deferred_until_; }
   bool live() const { return live_; }
 
@@ -115,6 +120,7 @@ class StageRunner final : public StageContext {
   StageSpec spec_;
   std::map<std::string, std::vector<Envelope>> outputs_;
   std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>> counters_;
+  std::map<int, int> producers_;
   std::int64_t now_ns_ = 0;
   std::int64_t deferred_until_ = 0;
   bool stop_requested_ = false;

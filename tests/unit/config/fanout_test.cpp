@@ -5,6 +5,7 @@
 #include <swarmflow/registry.hpp>
 
 #include "config/pipeline_spec.hpp"
+#include "consensus/consensus.hpp"
 #include "sim/sim.hpp"
 #include "graph/graph.hpp"
 
@@ -15,7 +16,10 @@ namespace {
 
 class FanoutConfig : public ::testing::Test {
  protected:
-  FanoutConfig() { register_sim_stages(registry_); }
+  FanoutConfig() {
+    register_sim_stages(registry_);
+    register_consensus_stages(registry_);
+  }
   std::optional<config::PipelineSpec> load(const std::string& yaml) {
     diagnostics_.clear();
     return config::load_pipeline_string(yaml, "fan.yaml", registry_, diagnostics_);
@@ -74,6 +78,24 @@ TEST_F(FanoutConfig, ItIsAStringNotAMap) {
   EXPECT_FALSE(load(pipeline("    fanout: {all: true}\n")).has_value());
   ASSERT_EQ(diagnostics_.size(), 1U) << format_diagnostics(diagnostics_);
   EXPECT_EQ(diagnostics_[0].line, 8);
+}
+
+
+// A voter's `out` carries what its candidates carry (StageSpec::passes_type).
+TEST_F(FanoutConfig, AVotersOutputHasTheTypeOfItsCandidates) {
+  const std::string voted =
+      "pipeline: fan\n"
+      "stages:\n"
+      "  - {id: src, type: sim.source}\n"
+      "  - {id: work, type: sim.work, replicas: 3, fanout: all, inputs: {in: src/out}}\n"
+      "  - {id: vote, type: consensus.vote, inputs: {candidates: work/out}}\n";
+  EXPECT_TRUE(load(voted + "  - {id: sink, type: sim.sink, inputs: {in: vote/out}}\n").has_value())
+      << format_diagnostics(diagnostics_);
+  // Decisions are records, not blobs.
+  EXPECT_FALSE(load(voted + "  - {id: sink, type: sim.sink, inputs: {in: vote/decisions}}\n").has_value());
+  ASSERT_EQ(diagnostics_.size(), 1U);
+  EXPECT_NE(diagnostics_[0].message.find("VoteDecision"), std::string::npos) << diagnostics_[0].message;
+  EXPECT_EQ(diagnostics_[0].line, 6);
 }
 
 }  // namespace
