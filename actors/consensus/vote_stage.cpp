@@ -66,6 +66,7 @@ class VoteStage final : public Stage {
   std::int64_t replicas_ = 0;
   double quorum_ = 0.5;
   double max_confidence_ = 0.9;
+  double min_confidence_ = 0.0;
   double leader_threshold_ = 0;
   std::int64_t deadline_ms_ = 100;
   double reliability_alpha_ = 0.1;
@@ -120,6 +121,8 @@ void VoteStage::setup(StageSpec& s) {
           {0.0, 1024.0});
   s.param(quorum_, "quorum", "share of the total weight the agreeing votes must exceed", 0.5, {0.5, 1.0});
   s.param(max_confidence_, "max_confidence", "a vote weighs its confidence, clamped to this", 0.9, {0.01, 1.0});
+  s.param(min_confidence_, "min_confidence",
+          "... and raised to at least this; equal to max_confidence, the vote is a plain majority", 0.0, {0.0, 1.0});
   s.param(leader_threshold_, "leader_threshold",
           "the leader's answer passes at once at this confidence or more; 0 = never", 0.0, {0.0, 1.0});
   s.param(deadline_ms_, "deadline_ms", "an answer without quorum is decided this long after its first vote", 100,
@@ -141,6 +144,10 @@ Status VoteStage::start(StageContext& ctx) {
   }
   settings.quorum = quorum_;
   settings.max_confidence = max_confidence_;
+  if (min_confidence_ > max_confidence_) {
+    return Status::error("consensus.vote: min_confidence is above max_confidence", StatusCode::invalid_argument);
+  }
+  settings.min_confidence = min_confidence_;
   settings.leader_threshold = leader_threshold_;
   settings.deadline_ns = deadline_ms_ * 1'000'000;
   settings.reliability_alpha = reliability_alpha_;
@@ -238,7 +245,7 @@ Status VoteStage::process(Inputs& in, Outputs& out, StageContext& ctx) {
   for (const auto& d : decided_) emit(d, out);
   finish_keys();
   count_figures();
-  if (const std::int64_t next = tally_->next_deadline(); next > 0) ctx.defer_until(next);
+  ctx.defer_until(tally_->next_deadline());  // 0 = nothing pending: no call back
   return {};
 }
 

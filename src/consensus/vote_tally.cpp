@@ -19,13 +19,14 @@ VoteTally::VoteTally(TallySettings settings) : settings_(settings) {
   settings_.voters = std::max(1, settings_.voters);
   settings_.quorum = std::clamp(settings_.quorum, 0.5, 1.0);
   settings_.max_confidence = std::clamp(settings_.max_confidence, 1e-6, 1.0);
+  settings_.min_confidence = std::clamp(settings_.min_confidence, 0.0, settings_.max_confidence);
   settings_.max_pending = std::max<std::size_t>(1, settings_.max_pending);
   reliability_.assign(static_cast<std::size_t>(settings_.voters), 1.0);
 }
 
 double VoteTally::weight(double confidence) const {
-  if (!(confidence > 0)) return 0;  // also NaN
-  return std::min(confidence, settings_.max_confidence);
+  if (!(confidence > 0)) confidence = 0;  // also NaN
+  return std::clamp(confidence, settings_.min_confidence, settings_.max_confidence);
 }
 
 // -- events ---------------------------------------------------------------

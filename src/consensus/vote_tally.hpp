@@ -24,6 +24,10 @@ struct TallySettings {
   /// A vote weighs its confidence, clamped to 0..max_confidence: a replica
   /// that claims 0.99 weighs no more than one that claims max_confidence.
   double max_confidence = 0.9;
+  /// ... and raised to at least this (0..max_confidence): with both equal the
+  /// vote is a plain majority, for results whose confidences do not compare
+  /// (a detector's score of its least sure finding).
+  double min_confidence = 0.0;
   /// The leader's vote passes at once when its (unclamped) confidence is at
   /// least this; 0 = no fast path. The other votes confirm it or correct it.
   double leader_threshold = 0.0;
@@ -133,7 +137,7 @@ class VoteTally {
   std::size_t pending() const { return pending_.size(); }
   const TallyCounts& counts() const { return counts_; }
   const TallySettings& settings() const { return settings_; }
-  /// A vote's weight: its confidence clamped to 0..max_confidence (NaN weighs 0).
+  /// A vote's weight: its confidence clamped to min_confidence..max_confidence (NaN counts as 0).
   double weight(double confidence) const;
 
  private:

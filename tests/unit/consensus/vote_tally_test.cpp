@@ -54,6 +54,21 @@ TEST(VoteTally, ClampingKeepsOneConfidentLiarFromOutvotingTwoHonestReplicas) {
   EXPECT_EQ(tight.weight(-1), 0);
 }
 
+TEST(VoteTally, AFloorEqualToTheCeilingMakesAPlainMajority) {
+  TallySettings s = three(0.5);
+  s.min_confidence = 0.5;
+  VoteTally t(s);
+  std::vector<Decision> out;
+  // Two honest detectors unsure of their findings, one sure liar.
+  t.add(vote(0, 2, 666, 0.99), 0, out);
+  t.add(vote(0, 0, 42, 0.2), 0, out);
+  t.add(vote(0, 1, 42, 0.3), 0, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].key, 42U);
+  EXPECT_TRUE(out[0].quorum);
+  EXPECT_DOUBLE_EQ(out[0].agreeing_weight, 1.0);
+}
+
 TEST(VoteTally, QuorumDecidesAsSoonAsNoLaterVoteCouldChangeIt) {
   VoteTally t(three());
   std::vector<Decision> out;
