@@ -1033,8 +1033,7 @@ class Loader {
         decl.join.timeout_ms = static_cast<int>(*ms);
       }
     }
-    // Connected inputs: an optional port left unconnected has nothing to join.
-    if (facts.type_known && facts.named_inputs.size() < 2) {
+    if (facts.type_known && facts.ports->inputs().size() < 2) {
       report(e.key_loc(), what + " has fewer than two inputs, so there is nothing to join", "remove `join:`");
     }
   }
