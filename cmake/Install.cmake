@@ -4,7 +4,7 @@ include(CMakePackageConfigHelpers)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/swarmflow" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 # The headers of the packs this build has.
-set(_swarmflow_packs sim io lm)
+set(_swarmflow_packs sim io lm consensus)
 foreach(pack VIDEO VISION INSPECTION ULTRASOUND)
   if(SWARMFLOW_WITH_${pack})
     string(TOLOWER ${pack} name)

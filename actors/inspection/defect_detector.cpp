@@ -1,7 +1,9 @@
 #include "inspection/defect_detector.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "inspection/frame_image.hpp"
@@ -61,6 +63,14 @@ void DefectDetector::setup(StageSpec& s) {
   s.param(p.drawing_tolerance_mm, "drawing_tolerance_mm",
           "how far the plate's measured size may be from a drawing's to be that part, mm", 3.0, {0.0, 100.0});
   s.param(min_score_, "min_score", "drop findings less confident than this", 0.0, {0.0, 1.0});
+  s.param(fault_replica_, "fault_replica", "the replica the faults below apply to, -1 = none", -1, {-1.0, 1023.0});
+  s.param(lie_every_, "lie_every", "the faulty replica reports the opposite verdict on every k-th frame, 0 = never",
+          0, {0.0, {}});
+  s.param(lie_confidence_, "lie_confidence", "the confidence the faulty replica claims when it lies", 0.99,
+          {0.0, 1.0});
+  s.param(slow_ms_, "slow_ms", "time the faulty replica adds per frame, ms", 0.0, {0.0, 60000.0});
+  s.param(crash_after_, "crash_after", "the faulty replica answers nothing after this many frames, 0 = never", 0,
+          {0.0, {}});
 }
 
 Status DefectDetector::start(StageContext& ctx) {
@@ -68,6 +78,10 @@ Status DefectDetector::start(StageContext& ctx) {
     return Status::error("inspection.defects: k_high must not be below k_low", StatusCode::invalid_argument);
   }
   params_.keep_rejected = false;
+  faulty_ = fault_replica_ >= 0 && fault_replica_ == ctx.replica();
+  seen_ = 0;
+  lies_ = &ctx.counter("lies");
+  silenced_ = &ctx.counter("silenced");
   frames_seen_ = &ctx.counter("frames");
   defects_found_ = &ctx.counter("defects");
   no_plate_ = &ctx.counter("no_plate");
@@ -76,10 +90,41 @@ Status DefectDetector::start(StageContext& ctx) {
   return {};
 }
 
-Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) {
+namespace {
+
+/// A digest of a verdict: the classes found, as a multiset, and whether the
+/// frame could be inspected. Replicas that agree on a frame agree on it.
+std::uint64_t verdict_key(std::vector<std::string> classes, bool inspected) {
+  std::sort(classes.begin(), classes.end());
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  auto add = [&h](unsigned char c) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  };
+  for (const auto& c : classes) {
+    for (char ch : c) add(static_cast<unsigned char>(ch));
+    add('|');
+  }
+  add(inspected ? 'i' : 'x');
+  return h;
+}
+
+}  // namespace
+
+Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& ctx) {
   const schema::Frame* frame = in.get(frames_);
   const Envelope* envelope = in.envelope(frames_);
   if (frame == nullptr || envelope == nullptr) return {};
+  ++seen_;
+  if (faulty_ && slow_ms_ > 0) {
+    const std::int64_t until = ctx.now_ns() + static_cast<std::int64_t>(slow_ms_ * 1e6);
+    while (ctx.now_ns() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (faulty_ && crash_after_ > 0 && seen_ > crash_after_) {
+    silenced_->fetch_add(1, std::memory_order_relaxed);
+    return {};
+  }
+  const bool lie = faulty_ && lie_every_ > 0 && seen_ % lie_every_ == 0;
   std::string error;
   const cv::Mat grey = grey_image(*frame, grey_, &error);
   if (grey.empty()) {
@@ -108,11 +153,27 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<schema::Defect>> defects;
   float lowest = 1.0F;
+  std::vector<std::string> classes;
   for (const auto& d : finding.defects) {
     if (d.score < min_score_) continue;
     const schema::Box box(d.box.x, d.box.y, d.box.width, d.box.height);
     defects.push_back(schema::CreateDefect(fbb, fbb.CreateString(d.class_name), &box, d.score));
+    classes.push_back(d.class_name);
     lowest = std::min(lowest, d.score);
+  }
+  if (lie) {
+    // The opposite verdict, confidently: nothing on a defective part, a
+    // made-up scratch on a clean one.
+    lies_->fetch_add(1, std::memory_order_relaxed);
+    defects.clear();
+    classes.clear();
+    if (finding.defects.empty()) {
+      const schema::Box box(0, 0, 40, 4);
+      defects.push_back(schema::CreateDefect(fbb, fbb.CreateString("scratch"), &box,
+                                             static_cast<float>(lie_confidence_)));
+      classes.emplace_back("scratch");
+    }
+    lowest = static_cast<float>(lie_confidence_);
   }
   defects_found_->fetch_add(static_cast<std::int64_t>(defects.size()), std::memory_order_relaxed);
   flatbuffers::Offset<flatbuffers::String> camera, truth;
@@ -132,7 +193,8 @@ Status DefectDetector::process(Inputs& in, Outputs& out, StageContext& /*ctx*/) 
   if (!reason.IsNull()) b.add_cannot_inspect(reason);
   fbb.Finish(b.Finish(), schema::VisionResultsIdentifier());
   // The confidence of a verdict "defective" is that of its least sure finding.
-  header.confidence = defects.empty() ? 1.0F : lowest;
+  header.confidence = defects.empty() && !lie ? 1.0F : lowest;
+  header.vote_key = verdict_key(std::move(classes), not_inspected.empty());
   out.emit(results_, Payload::from_builder(fbb), header);
   return {};
 }

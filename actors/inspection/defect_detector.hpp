@@ -63,6 +63,18 @@
 ///   check_holes          true               report drawn holes that were not drilled
 ///   drawing_tolerance_mm 3.0   [0, 100]     how far the plate's size may be from a drawing's
 ///   min_score            0.0   [0, 1]       drop findings less confident than this
+///   fault_replica        -1   [-1, 1023]   the replica the faults below apply to (-1: none)
+///   lie_every            0                 it reports the opposite verdict on every k-th frame
+///                                          (a made-up scratch on a clean part, nothing on a
+///                                          defective one) with confidence lie_confidence
+///   lie_confidence       0.99 [0, 1]
+///   slow_ms              0    [0, 60000]   it takes this much longer per frame
+///   crash_after          0                 it answers nothing after this many frames (hung)
+///
+/// The header's `vote_key` is a digest of the verdict (the defect classes
+/// found, as a multiset, and whether the frame could be inspected), and its
+/// `confidence` that of the least sure finding: a voter (consensus.vote)
+/// compares detector replicas by them.
 /// Counters: `frames`, `defects`, `no_plate` (frames where no plate was
 /// found), `bad_frames` (malformed frames, which fail the step),
 /// `cannot_inspect` (frames given no verdict).
@@ -124,6 +136,16 @@ class DefectDetector final : public Stage {
   OutputPort<schema::VisionResults> results_;
   DefectFinderParams params_;
   double min_score_ = 0;
+  // -- faults of one replica (fault_replica), for voting tests and benchmarks
+  std::int64_t fault_replica_ = -1;
+  std::int64_t lie_every_ = 0;
+  double lie_confidence_ = 0.99;
+  double slow_ms_ = 0;
+  std::int64_t crash_after_ = 0;
+  bool faulty_ = false;
+  std::int64_t seen_ = 0;
+  std::atomic<std::int64_t>* lies_ = nullptr;
+  std::atomic<std::int64_t>* silenced_ = nullptr;
   cv::Mat grey_;  ///< reused conversion buffer
   std::atomic<std::int64_t>* frames_seen_ = nullptr;
   std::atomic<std::int64_t>* defects_found_ = nullptr;

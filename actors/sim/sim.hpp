@@ -8,10 +8,19 @@
 ///   control allows), payload_bytes (integer), streams (integer).
 ///   Envelopes of stream s carry seq 0, 1, 2, ... in order. Counter
 ///   `expected` = count (the progress line shows percentage and eta).
-/// sim.work — input `in`, output `out`.
+/// sim.work — input `in`, optional input `agreed` (VoteDecision), output `out`.
 ///   service_us (number), jitter_us (number), fail_every (integer, 0 = never;
 ///   else throw on every n-th envelope this instance sees).
 ///   Service time is divided by the unit's speed.
+///   answer_confidence (number, 0 = off): each output answers its
+///   (stream, seq) — vote_key a fixed function of them, confidence this —
+///   for a voter (consensus.vote) downstream.
+///   Faults of one replica, `fault_replica` (-1 = none): lie_every (every
+///   k-th answer wrong, with confidence lie_confidence, 0.99 by default;
+///   counter `lies`), slow_us (added service time), crash_after (answers
+///   nothing after n envelopes, as a hung replica; counter `silenced`).
+///   A decision on `agreed` (a feedback edge from the voter) for an answer
+///   it gave otherwise replaces that answer (counter `resynced`).
 /// sim.sink — input `in`. service_us (number).
 ///   Checks each stream's sequence numbers; counters received, lost, duplicate,
 ///   reordered. Keep one sink replica per stream (`key: stream`) for exact counts.

@@ -1,6 +1,7 @@
 #pragma once
 // The sim pack's stage classes; see sim.hpp for their ports and parameters.
 
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/schema/consensus_generated.h>
 #include <swarmflow/stage.hpp>
 
 namespace swarmflow::sim {
@@ -36,6 +38,9 @@ class SimSource final : public Stage {
   bool rebase_pacing_ = false;  ///< restored: paced from the next step on
 };
 
+/// The right answer of sim.work for (stream, seq) when it answers (answer_confidence > 0).
+std::uint64_t sim_answer(std::uint64_t stream, std::uint64_t seq);
+
 class SimWork final : public Stage {
  public:
   void setup(StageSpec& s) override;
@@ -43,13 +48,31 @@ class SimWork final : public Stage {
   Status process(Inputs& in, Outputs& out, StageContext& ctx) override;
 
  private:
+  /// Takes a voter's decision (the re-sync contract, docs/consensus.md).
+  void resync(const schema::VoteDecision& decision);
+
   InputPort<schema::Blob> in_;
+  InputPort<schema::VoteDecision> agreed_;
   OutputPort<schema::Blob> out_;
   double service_us_ = 0;
   double jitter_us_ = 0;
   std::int64_t fail_every_ = 0;
+  double answer_confidence_ = 0;
+  std::int64_t fault_replica_ = -1;
+  std::int64_t lie_every_ = 0;
+  double lie_confidence_ = 0.99;
+  double slow_us_ = 0;
+  std::int64_t crash_after_ = 0;
+  bool faulty_ = false;
   std::int64_t seen_ = 0;
   std::mt19937_64 rng_;
+  /// Its own latest answers, (stream, seq) -> key, for re-sync; at most kAnswersKept.
+  std::unordered_map<std::uint64_t, std::uint64_t> answers_;
+  std::vector<std::uint64_t> answer_ring_;
+  std::size_t answer_next_ = 0;
+  std::atomic<std::int64_t>* lies_ = nullptr;
+  std::atomic<std::int64_t>* silenced_ = nullptr;
+  std::atomic<std::int64_t>* resynced_ = nullptr;
 };
 
 /// Per-stream sequence checking, shared by sim.sink and tests.

@@ -192,6 +192,27 @@ struct FailoverReport {
   std::vector<std::string> lost_why;
 };
 
+/// One voter (a `consensus.vote` stage), its replicas summed.
+struct ConsensusReport {
+  std::string stage;
+  std::uint64_t decisions = 0;       ///< (stream, seq) decided
+  /// Final decisions that differ from the reference the voter receives
+  /// (its `reference` input), of `checked` that could be compared.
+  std::uint64_t wrong = 0;
+  std::uint64_t checked = 0;
+  std::uint64_t without_quorum = 0;  ///< decided without quorum (all voted, the deadline, or too many pending)
+  std::uint64_t corrections = 0;     ///< fast decisions (the leader's) the other votes overturned
+  std::uint64_t fast = 0;            ///< decisions passed at once on the leader's word
+  std::uint64_t leader_changes = 0;
+  std::uint64_t late_votes = 0;      ///< candidates that came after their vote was over
+  /// From a decision's first candidate to the decision (corrections not
+  /// counted): what the voter adds over taking the first replica's answer.
+  /// The upper bound of the histogram bucket (10 per decade) the percentile
+  /// falls in.
+  double added_latency_p50_ms = 0;
+  double added_latency_p99_ms = 0;
+};
+
 /// The whole run.
 struct RunReport {
   std::string pipeline;
@@ -204,12 +225,14 @@ struct RunReport {
   std::vector<UnitReport> units;
   CoordinatorReport coordinator;
   std::vector<FailoverReport> failovers;
+  /// Every voter, in the order of the stages.
+  std::vector<ConsensusReport> consensus;
   /// Every replica, stage by stage (figures of replicas in other processes
   /// arrive with their unit's UnitDone).
   std::vector<ReplicaReport> replicas;
 
   /// The JSON report: pipeline, ok, duration_s, stages, edges, sinks, units,
-  /// coordinator, failovers; and `ultrasound`, the scores of an
+  /// coordinator, failovers, consensus; and `ultrasound`, the scores of an
   /// ultrasound.report stage, when the run has one (docs/ultrasound.md).
   std::string to_json() const;
   const StageReport* stage(const std::string& id) const;

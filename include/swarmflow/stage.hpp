@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <swarmflow/envelope.hpp>
@@ -123,6 +124,16 @@ class StageSpec {
     frame_regions_.push_back(
         FrameRegionDecl{port.index(), std::move(x), std::move(y), std::move(width), std::move(height)});
   }
+  /// For a stage that passes on envelopes of one of its inputs (a voter
+  /// forwards the winning candidate): output `out`, declared with
+  /// AnyPayload, carries what input `in` receives. The loader then checks
+  /// the consumers of `out` against the type of what feeds `in`.
+  template <class O, class I>
+  void passes_type(const OutputPort<O>& out, const InputPort<I>& in) {
+    pass_through_.emplace_back(out.index(), in.index());
+  }
+  /// (output, input) pairs declared with passes_type.
+  const std::vector<std::pair<int, int>>& pass_through() const { return pass_through_; }
   const std::vector<FrameSizeDecl>& frame_sizes() const { return frame_sizes_; }
   const std::vector<FrameRegionDecl>& frame_regions() const { return frame_regions_; }
 
@@ -168,6 +179,7 @@ class StageSpec {
   bool require_join_ = false;
   std::vector<FrameSizeDecl> frame_sizes_;
   std::vector<FrameRegionDecl> frame_regions_;
+  std::vector<std::pair<int, int>> pass_through_;
 };
 
 /// The input of one step. Usually one envelope and the port it came on; for
@@ -193,6 +205,20 @@ class Inputs {
   }
   /// True for a joined set that was incomplete at its deadline.
   bool partial() const { return partial_; }
+  /// Who sent this step's envelope: the producing stage's id and the index
+  /// of its replica, as the runtime delivered it (the wire carries the
+  /// producer replica of every envelope). A voter tells the candidates of
+  /// replicas apart by it. Empty and -1 in a source, a joined set and a
+  /// call back.
+  std::string_view producer_stage() const {
+    return producer_stage_ != nullptr ? std::string_view(*producer_stage_) : std::string_view();
+  }
+  int producer_replica() const { return producer_replica_; }
+  /// Used by the host, after `reset`: names the producer of the envelope.
+  void set_producer(const std::string* stage, int replica) {
+    producer_stage_ = stage;
+    producer_replica_ = replica;
+  }
 
   /// Used by the host: one envelope on one port.
   void reset(int port, const Envelope* envelope) {
@@ -200,6 +226,8 @@ class Inputs {
     envelope_ = envelope;
     joined_ = nullptr;
     partial_ = false;
+    producer_stage_ = nullptr;
+    producer_replica_ = -1;
   }
   /// Used by the host: a joined set, `by_port[i]` null where missing.
   void reset_joined(const std::vector<const Envelope*>* by_port, bool partial) {
@@ -207,6 +235,8 @@ class Inputs {
     partial_ = partial;
     port_ = -1;
     envelope_ = nullptr;
+    producer_stage_ = nullptr;
+    producer_replica_ = -1;
     for (std::size_t i = 0; i < by_port->size(); ++i) {
       if ((*by_port)[i] != nullptr) {
         port_ = static_cast<int>(i);
@@ -229,6 +259,8 @@ class Inputs {
   const Envelope* envelope_ = nullptr;
   const std::vector<const Envelope*>* joined_ = nullptr;
   bool partial_ = false;
+  const std::string* producer_stage_ = nullptr;
+  int producer_replica_ = -1;
 };
 
 /// Where a step puts what it produced. Nothing leaves until the step returns
@@ -310,6 +342,10 @@ class StageContext {
   /// flow control has no credit its envelopes are dropped and counted rather
   /// than waited for. Call in `start`.
   virtual void set_live(bool live) = 0;
+  /// How many producer replicas feed input `port` (the replicas of every
+  /// stage connected to it, summed), or -1 when the host cannot tell. A
+  /// voter takes the number of voters from it.
+  virtual int producers(int /*port*/) const { return -1; }
   /// A named counter of this replica, summed over replicas in the run report.
   /// The reference stays valid for the replica's lifetime, across restarts.
   virtual std::atomic<std::int64_t>& counter(std::string_view name) = 0;

@@ -233,6 +233,13 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
                     first.c_str(), lost.empty() ? "" : "; lost with it (what they had not sent): ", lost.c_str());
     }
   }
+  for (const auto& c : r.consensus) {
+    out += format("\n  consensus %s: %" PRIu64 " decisions, %" PRIu64 " wrong (of %" PRIu64 " checked), %" PRIu64
+                  " without quorum, %" PRIu64 " corrections, %" PRIu64 " leader changes; added latency p50 %.3f ms, "
+                  "p99 %.3f ms\n",
+                  c.stage.c_str(), c.decisions, c.wrong, c.checked, c.without_quorum, c.corrections, c.leader_changes,
+                  c.added_latency_p50_ms, c.added_latency_p99_ms);
+  }
   return out;
 }
 

@@ -69,7 +69,7 @@ const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", 
                                                "snapshot_ms"};
 const std::vector<std::string> kUnitKeys = {"id", "endpoint", "threads", "speed", "public_key"};
 const std::vector<std::string> kStageKeys = {"id",  "type",     "replicas",  "params", "inputs", "queue",
-                                             "key", "feedback", "placement", "join"};
+                                             "key", "feedback", "placement", "join",   "fanout"};
 const std::vector<std::string> kJoinKeys = {"key", "timeout_ms"};
 const std::vector<std::string> kReplicaKeys = {"min", "max"};
 const std::vector<std::string> kQueueKeys = {"capacity", "overflow"};
@@ -720,6 +720,7 @@ class Loader {
       if (auto feedback = read_boolean(*e, "'feedback' of " + what)) decl.feedback = *feedback;
     }
     if (const Entry* e = entries->find("placement")) read_stage_placement(*e, decl, what);
+    if (const Entry* e = entries->find("fanout")) read_fanout(*e, decl, what);
     if (facts.type_known && facts.ports->requires_join() && !decl.join.enabled && facts.named_inputs.size() >= 2) {
       report(facts.inputs_loc.line > 0 ? facts.inputs_loc : decl.loc,
              what + " needs its inputs together in one step, but without `join:` it would see each alone (and do "
@@ -989,6 +990,25 @@ class Loader {
       return;
     }
     decl.keyed = true;
+  }
+
+  void read_fanout(const Entry& e, StageDecl& decl, const std::string& what) {
+    auto fanout = read_string(e, "'fanout' of " + what);
+    if (!fanout) return;
+    if (*fanout == "one") return;
+    if (*fanout != "all") {
+      report(e.value_loc(), "unknown fanout " + in_quotes(*fanout) + " of " + what,
+             "use `all` (each envelope goes to every replica, for a voter to compare) or `one` (the default: "
+             "each goes to one replica)");
+      return;
+    }
+    decl.fanout_all = true;
+    decl.fanout_loc = e.key_loc();
+    if (decl.keyed) {
+      report(e.key_loc(), "`fanout: all` and `key: " + std::string(to_string(decl.key)) + "` of " + what +
+                              " contradict each other: a key sends each envelope to one replica, fanout to all",
+             "remove `key:` (every replica sees every stream anyway) or `fanout:`");
+    }
   }
 
   void read_join(const Entry& e, StageDecl& decl, const StageFacts& facts, const std::string& what) {
@@ -1391,8 +1411,9 @@ class Loader {
     if (!consumer_facts.type_known) return;
     const int index = consumer_facts.ports->input_index(in.port);
     if (index < 0) return;
-    const PortInfo& output = producer_facts.ports->outputs()[static_cast<std::size_t>(out)];
+    PortInfo output = producer_facts.ports->outputs()[static_cast<std::size_t>(out)];
     const PortInfo& input = consumer_facts.ports->inputs()[static_cast<std::size_t>(index)];
+    if (output.type == "*" && input.type != "*") output.type = carried_type(producer_facts, producer, out, 0);
     if (!accepts(input, output)) {
       report(in.loc,
              "port type mismatch: " + producer.id + "/" + output.name + " carries " + output.type +
@@ -1401,6 +1422,32 @@ class Loader {
              "connect an output of type " + input.type + compatible_outputs(input, consumer.id) +
                  ", or add a stage that converts");
     }
+  }
+
+  /// The type output `out` of `producer` carries: the declared one, or for
+  /// an output that passes on an input (StageSpec::passes_type) the type of
+  /// what feeds that input, when every producer of it agrees; "*" when that
+  /// cannot be told (so only an input of any type takes it).
+  std::string carried_type(const StageFacts& facts, const StageDecl& producer, int out, int depth) {
+    const StageSpec& ports = *facts.ports;
+    const std::string& declared = ports.outputs()[static_cast<std::size_t>(out)].type;
+    if (declared != "*" || depth > 16) return declared;
+    for (const auto& [o, i] : ports.pass_through()) {
+      if (o != out) continue;
+      std::string type;
+      for (const auto& in : producer.inputs) {
+        if (ports.input_index(in.port) != i) continue;
+        auto it = first_stage_.find(in.from_stage);
+        if (it == first_stage_.end() || !facts_[it->second].type_known) return "*";
+        const int from = facts_[it->second].ports->output_index(in.from_port);
+        if (from < 0) return "*";
+        const std::string t = carried_type(facts_[it->second], spec_.stages[it->second], from, depth + 1);
+        if (t == "*" || (!type.empty() && t != type)) return "*";
+        type = t;
+      }
+      return type.empty() ? declared : type;
+    }
+    return declared;
   }
 
   /// " (e.g. a/out, b/out)" for up to kExampleOutputs outputs that `input`

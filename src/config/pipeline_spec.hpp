@@ -72,6 +72,11 @@ struct StageDecl {
   bool keyed = false;     ///< `key: stream` or `key: part_id`
   KeyField key = KeyField::stream;  ///< the field keyed edges hash
   JoinDecl join;
+  /// `fanout: all`: every envelope on this stage's inputs goes to each of its
+  /// replicas (a copy each, sharing the payload) instead of to one; for
+  /// replicas whose results a voter compares. `fanout: one` is the default.
+  bool fanout_all = false;
+  SourceLoc fanout_loc;   ///< of the `fanout:` key
   bool feedback = false;  ///< `feedback: true` allows this stage's inputs to close a cycle
   std::vector<std::string> pin_units;  ///< `placement: {units: [u1]}`: only these units may host it
   bool spread = false;                 ///< `placement: {spread: true}`: one replica per unit if possible

@@ -117,6 +117,7 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
       edge.overflow = consumer.queue.overflow;
       edge.keyed = consumer.keyed;
       edge.key = consumer.key;
+      edge.fanout_all = consumer.fanout_all;
       g.nodes[static_cast<std::size_t>(from)].out_edges.push_back(edge.id);
       g.nodes[to].in_edges.push_back(edge.id);
       g.edges.push_back(std::move(edge));
@@ -130,6 +131,10 @@ Graph Graph::build(const config::PipelineSpec& spec, const Registry& registry) {
     const bool feedback_stage = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->feedback;
     edge.feedback = feedback_stage && component[static_cast<std::size_t>(edge.to_node)] ==
                                           component[static_cast<std::size_t>(edge.from_node)];
+    // A cycle of blocking edges can fill and stop for good (each producer
+    // waits for credit from a consumer that waits for it): a feedback edge
+    // never blocks its producer, it keeps the newest and drops the oldest.
+    if (edge.feedback && edge.overflow == config::Overflow::block) edge.overflow = config::Overflow::drop_oldest;
   }
   return g;
 }
@@ -166,6 +171,7 @@ std::string Graph::to_dot(const std::string& name) const {
                         "\\n" + dot_escape(edge.type) + "\\nqueue " + std::to_string(edge.capacity) + ", " +
                         config::to_string(edge.overflow);
     if (edge.keyed) label += std::string(", keyed by ") + config::to_string(edge.key);
+    if (edge.fanout_all) label += ", to every replica";
     out += "  \"" + dot_escape(from.decl->id) + "\" -> \"" + dot_escape(to.decl->id) + "\" [label=\"" +
            label + "\"" + (edge.feedback ? ", style=dashed" : "") + "];\n";
   }

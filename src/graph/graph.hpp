@@ -36,6 +36,7 @@ struct Edge {
   bool keyed = false;
   config::KeyField key = config::KeyField::stream;  ///< what keyed routing hashes
   bool feedback = false;
+  bool fanout_all = false;  ///< each envelope goes to every consumer replica (`fanout: all`)
 };
 
 /// Nodes in the order of `spec.stages`, edges in the order of their declaration.

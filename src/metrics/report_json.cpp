@@ -188,6 +188,21 @@ std::string RunReport::to_json() const {
     failovers_j.push_back(std::move(fj));
   }
   j["failovers"] = std::move(failovers_j);
+  Json consensus_j = Json::object();
+  for (const ConsensusReport& c : consensus) {
+    Json cj = Json::object();
+    cj["decisions"] = c.decisions;
+    cj["wrong"] = c.wrong;
+    cj["checked"] = c.checked;
+    cj["without_quorum"] = c.without_quorum;
+    cj["corrections"] = c.corrections;
+    cj["fast"] = c.fast;
+    cj["leader_changes"] = c.leader_changes;
+    cj["late_votes"] = c.late_votes;
+    cj["added_latency_ms"] = Json{{"p50", c.added_latency_p50_ms}, {"p99", c.added_latency_p99_ms}};
+    consensus_j[c.stage] = std::move(cj);
+  }
+  j["consensus"] = std::move(consensus_j);
   Json replicas_j = Json::array();
   for (const ReplicaReport& x : replicas) {
     Json rj = Json::object();

@@ -1,5 +1,6 @@
 #include <swarmflow/registry.hpp>
 
+#include "consensus/consensus.hpp"
 #include "io/io.hpp"
 #include "lm/lm.hpp"
 #include "sim/sim.hpp"
@@ -13,6 +14,7 @@ void register_builtin_stages(Registry& registry) {
   register_sim_stages(registry);
   register_io_stages(registry);
   register_lm_stages(registry);
+  register_consensus_stages(registry);
 }
 
 }  // namespace swarmflow

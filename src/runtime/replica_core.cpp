@@ -34,7 +34,9 @@ std::size_t output_hold(const graph::Graph& g, const graph::Node& n) {
   for (int e : n.out_edges) {
     const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
     const int consumers = g.nodes[static_cast<std::size_t>(edge.to_node)].decl->replicas;
-    hold += static_cast<std::size_t>(std::max(1, edge.capacity)) * static_cast<std::size_t>(consumers + 1);
+    // What may wait: `capacity`, or `capacity` copies per replica under `fanout: all`.
+    const int waiting = edge.fanout_all ? consumers : 1;
+    hold += static_cast<std::size_t>(std::max(1, edge.capacity)) * static_cast<std::size_t>(consumers + waiting);
   }
   return hold;
 }
@@ -70,12 +72,16 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
     const graph::Edge& edge = g.edges[static_cast<std::size_t>(e)];
     const int upstream = g.nodes[static_cast<std::size_t>(edge.from_node)].decl->replicas;
     in_index_[static_cast<std::size_t>(e)] = static_cast<int>(in_.size());
-    in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), std::vector<int>(upstream, 0),
+    in_.push_back(InEdge{e, edge.to_port, ack_threshold(edge.capacity), edge.feedback, std::vector<int>(upstream, 0),
                          std::vector<int>(upstream, 0), setup_.in_stats[static_cast<std::size_t>(e)], {}});
     const std::size_t window = dedup_window(g, edge);
     in_.back().upstream.resize(static_cast<std::size_t>(upstream));
     for (auto& up : in_.back().upstream) up.seen.resize(window);
-    eos_remaining_ += upstream;
+    // End of stream waits on forward inputs only: a feedback edge's producer
+    // ends after this replica does (it is downstream of it), so waiting for
+    // it would hang every cycle.
+    if (!edge.feedback) eos_remaining_ += upstream;
+    producer_ids_.push_back(g.nodes[static_cast<std::size_t>(edge.from_node)].decl->id);
   }
   join_ = n.decl->join;
   join_limit_ = join_set_limit(n.decl->queue.capacity);
@@ -107,6 +113,7 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
                            setup_.out_stats[static_cast<std::size_t>(e)],
                            std::vector<bool>(static_cast<std::size_t>(downstream), false),
                            std::vector<bool>(static_cast<std::size_t>(downstream), false)});
+    out_.back().router.set_fanout(edge.fanout_all);
     if (static_cast<std::size_t>(e) < setup_.remote_consumers.size()) {
       out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
                                     setup_.max_remote_payload_bytes);
@@ -122,6 +129,14 @@ const config::StageDecl& ReplicaCore::decl() const {
 
 const std::string& ReplicaCore::stage_id() const { return decl().id; }
 int ReplicaCore::replica_count() const { return decl().replicas; }
+int ReplicaCore::producers(int port) const {
+  int n = 0;
+  for (const auto& in : in_) {
+    if (in.port == port) n += static_cast<int>(in.upstream.size());
+  }
+  return n;
+}
+
 bool ReplicaCore::stop_requested() const {
   return setup_.stop_requested != nullptr && setup_.stop_requested->load(std::memory_order_relaxed);
 }
@@ -397,10 +412,11 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     const int index = in_edge(edge, from);
     if (index < 0) continue;
     forget_producer(index, from);
-    Upstream& up = in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)];
+    InEdge& in = in_[static_cast<std::size_t>(index)];
+    Upstream& up = in.upstream[static_cast<std::size_t>(from)];
     if (!up.ended) {
       up.ended = true;
-      --eos_remaining_;
+      if (!in.feedback) --eos_remaining_;
     }
   }
   if (finished_) {
@@ -493,7 +509,7 @@ void ReplicaCore::drain(std::int64_t now) {
       // A new incarnation of a producer may end its stream again.
       if (!up.ended) {
         up.ended = true;
-        --eos_remaining_;
+        if (!in.feedback) --eos_remaining_;
       }
       flush_acks(in, true);
     } else if (!item.envelope.payload()) {
@@ -505,6 +521,14 @@ void ReplicaCore::drain(std::int64_t now) {
       if (duplicates_counter_ == nullptr) duplicates_counter_ = &setup_.stats->counter("duplicates_dropped");
       duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
+      --data_queued_;
+    } else if (in.feedback && (finished_ || eos_remaining_ == 0)) {
+      // Still circulating when the forward inputs ended: acknowledged and
+      // counted, not processed, so that the cycle drains (docs/design.md,
+      // "Cycles").
+      setup_.stats->counter("feedback_after_end").fetch_add(1, std::memory_order_relaxed);
+      remember(up, item);
+      settle_item(item);
       --data_queued_;
     } else if (finished_) {
       // The stage is stopped: only a duplicate was to be expected here.
@@ -580,6 +604,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   }
   InEdge& in = in_[static_cast<std::size_t>(item.in)];
   inputs_.reset(in.port, &item.envelope);
+  inputs_.set_producer(&producer_ids_[static_cast<std::size_t>(item.in)], item.from);
   outputs_.reset(item.envelope.header());
   const std::int64_t t0 = t;
   Status s = call_process();
@@ -705,7 +730,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     inputs_.reset_joined(&by_port, partial);
     outputs_.reset(first->header());
     const std::int64_t t0 = t;
-    Status s = call_process();
+      Status s = call_process();
     t = setup_.clock();
     if (!s.is_error()) {
       dead_letter_streak_ = 0;
@@ -1172,6 +1197,8 @@ void ReplicaCore::wake() {
   setup_.stats->busy_ns.fetch_add(t - t0, std::memory_order_relaxed);
   setup_.stats->record_service(t - t0);
   emit_outputs();
+  // Its inputs may have ended while it worked: with nothing left in hand, it ends.
+  maybe_finish();
 }
 
 // -- sources ------------------------------------------------------------

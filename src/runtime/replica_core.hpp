@@ -185,6 +185,7 @@ class ReplicaCore final : public StageContext {
   }
   void set_live(bool live) override { live_ = live; }
   std::atomic<std::int64_t>& counter(std::string_view name) override { return setup_.stats->counter(name); }
+  int producers(int port) const override;
 
  private:
   /// What identifies an envelope to duplicate detection.
@@ -215,6 +216,7 @@ class ReplicaCore final : public StageContext {
     int edge;
     int port;
     int threshold;
+    bool feedback;                ///< closes a cycle: end of stream does not wait for it
     std::vector<int> unacked;     ///< per upstream replica: processed, credit not yet returned
     std::vector<int> releasable;  ///< per upstream replica: released here, release not yet sent
     EdgeSideStats* stats;
@@ -352,6 +354,7 @@ class ReplicaCore final : public StageContext {
   std::vector<int> in_index_;
   std::vector<int> out_index_;
   std::vector<InEdge> in_;
+  std::vector<std::string> producer_ids_;  ///< by index into in_: the producing stage's id
   std::vector<OutEdge> out_;
   std::vector<Dispatch> dispatches_;
   RingQueue<Item> queue_;

@@ -4,10 +4,76 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <cmath>
+#include <limits>
 
 #include "runtime/run_state.hpp"
 
 namespace swarmflow::runtime {
+
+namespace {
+
+/// Every consensus.vote stage's figures, from its counters; its added
+/// latency histogram (`vote_latency_le_<ns>`, `vote_latency_le_inf`) is
+/// read into percentiles and leaves the stage's counters.
+void add_consensus(RunReport& r) {
+  const std::string prefix = "vote_latency_le_";
+  for (auto& s : r.stages) {
+    if (s.type != "consensus.vote") continue;
+    ConsensusReport c;
+    c.stage = s.id;
+    auto get = [&](const char* name) {
+      auto it = s.counters.find(name);
+      return it == s.counters.end() ? std::uint64_t{0} : static_cast<std::uint64_t>(std::max<std::int64_t>(0, it->second));
+    };
+    c.decisions = get("decisions");
+    c.wrong = get("wrong");
+    c.checked = get("checked");
+    c.without_quorum = get("without_quorum");
+    c.corrections = get("corrections");
+    c.fast = get("fast");
+    c.leader_changes = get("leader_changes");
+    c.late_votes = get("late_votes");
+    std::vector<std::pair<double, std::uint64_t>> buckets;  // (bound in ms, count)
+    for (auto it = s.counters.begin(); it != s.counters.end();) {
+      if (it->first.rfind(prefix, 0) != 0) {
+        ++it;
+        continue;
+      }
+      const std::string bound = it->first.substr(prefix.size());
+      double ms = std::numeric_limits<double>::infinity();
+      if (bound != "inf") {
+        try {
+          ms = std::stod(bound) / 1e6;
+        } catch (const std::exception&) {
+          ms = std::numeric_limits<double>::infinity();
+        }
+      }
+      if (it->second > 0) buckets.emplace_back(ms, static_cast<std::uint64_t>(it->second));
+      it = s.counters.erase(it);
+    }
+    std::sort(buckets.begin(), buckets.end());
+    std::uint64_t total = 0;
+    for (const auto& b : buckets) total += b.second;
+    auto percentile = [&](double q) {
+      if (total == 0) return 0.0;
+      const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
+      std::uint64_t seen = 0;
+      double last_finite = 0;
+      for (const auto& [ms, n] : buckets) {
+        seen += n;
+        if (std::isfinite(ms)) last_finite = ms;
+        if (seen >= rank) return std::isfinite(ms) ? ms : last_finite;
+      }
+      return last_finite;
+    };
+    c.added_latency_p50_ms = percentile(0.5);
+    c.added_latency_p99_ms = percentile(0.99);
+    r.consensus.push_back(std::move(c));
+  }
+}
+
+}  // namespace
 
 RunReport build_report(const RunState& run) {
   const auto table = run.table();
@@ -190,6 +256,7 @@ RunReport build_report(const RunState& run) {
     }
     for (const auto& [name, h] : found) s.histograms[name] = value_buckets::summarize(h.first, h.second);
   }
+  add_consensus(r);
   return r;
 }
 

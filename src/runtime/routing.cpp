@@ -236,8 +236,19 @@ int EdgeRouter::local_replica() const {
 }
 
 void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_wait, std::uint64_t origin) {
+  if (fanout_) {
+    const int n = replicas();
+    for (int r = 0; r + 1 < n; ++r) offer_one(envelope, out, may_wait, origin, r);
+    offer_one(std::move(envelope), out, may_wait, origin, n - 1);
+    return;
+  }
+  const int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
+  offer_one(std::move(envelope), out, may_wait, origin, target);
+}
+
+void EdgeRouter::offer_one(Envelope envelope, std::vector<Dispatch>& out, bool may_wait, std::uint64_t origin,
+                           int target) {
   ++offered_;
-  int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
   if (!remote_.empty() && envelope.payload() && envelope.payload()->size() > max_remote_payload_bytes_) {
     // Another unit would refuse it (and drop the connection): keep it here.
     if (target < 0) target = local_replica();
@@ -267,14 +278,14 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
       wait(target, std::move(envelope), origin);
       return;
     case config::Overflow::drop_newest:
-      if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
+      if (waiting_.size() >= wait_limit()) {
         ++dropped_;
         return;
       }
       wait(target, std::move(envelope), origin);
       return;
     case config::Overflow::drop_oldest:
-      if (waiting_.size() >= static_cast<std::size_t>(capacity_)) {
+      if (waiting_.size() >= wait_limit()) {
         forget(waiting_.front());
         waiting_.pop_front();
         ++dropped_;

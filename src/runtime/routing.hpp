@@ -73,7 +73,15 @@ class EdgeRouter {
   EdgeRouter(int replicas, int capacity, config::Overflow overflow, bool keyed,
              config::KeyField key = config::KeyField::stream, std::size_t retain = 0);
 
-  /// Offers a new envelope; appends at most one dispatch. With `may_wait`
+  /// `fanout: all`: offer() makes one copy of each envelope per consumer
+  /// replica (sharing the payload), each bound to its replica as a keyed
+  /// envelope is; each copy counts once in `offered`, and is sent, waits or
+  /// is dropped on its own. Up to `capacity` copies per replica may wait.
+  void set_fanout(bool all) { fanout_ = all; }
+  bool fanout() const { return fanout_; }
+
+  /// Offers a new envelope; appends at most one dispatch (one per replica
+  /// with `set_fanout(true)`). With `may_wait`
   /// false (a live source), a `block` edge drops an envelope without credit
   /// at once instead of holding it. `origin` names the input the producer
   /// made it from (an increasing number), so that the producer can tell
@@ -165,6 +173,10 @@ class EdgeRouter {
   /// The replica in this unit with the most credit; -1 when there is none.
   int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
+  /// offer() of one envelope (or copy) bound to `target` (-1 = any replica).
+  void offer_one(Envelope envelope, std::vector<Dispatch>& out, bool may_wait, std::uint64_t origin, int target);
+  /// How many envelopes may wait here under a dropping policy.
+  std::size_t wait_limit() const { return static_cast<std::size_t>(capacity_) * (fanout_ ? views_.size() : 1); }
   bool try_send(int target, Envelope& e, std::uint64_t origin, std::vector<Dispatch>& out);
   /// Hands waiting envelopes to replicas with credit, oldest first.
   void send_waiting(std::vector<Dispatch>& out);
@@ -176,6 +188,7 @@ class EdgeRouter {
   int capacity_;
   config::Overflow overflow_;
   bool keyed_;
+  bool fanout_ = false;
   config::KeyField key_;
   ConsistentHashRing ring_;
   std::vector<ReplicaView> views_;

@@ -51,7 +51,17 @@ class StageRunner final : public StageContext {
     in.reset_joined(&set, partial);
     return step(in, in.envelope() != nullptr ? in.envelope()->header() : EnvelopeHeader{});
   }
-  /// One step of a source.
+  /// One step with `envelope` on input `port`, sent by replica `replica` of stage `from`.
+  Status feed_from(const std::string& port, const Envelope& envelope, const std::string& from, int replica) {
+    int index = spec_.input_index(port);
+    if (index < 0) throw std::invalid_argument("no input port " + port);
+    producer_ = from;
+    Inputs in;
+    in.reset(index, &envelope);
+    in.set_producer(&producer_, replica);
+    return step(in, envelope.header());
+  }
+  /// One step of a source, or the call back of a stage that asked for one (defer_until).
   Status pull() {
     Inputs in;
     return step(in, EnvelopeHeader{});
@@ -94,6 +104,10 @@ class StageRunner final : public StageContext {
   bool stop_requested() const override { return stop_requested_; }
   void defer_until(std::int64_t t_ns) override { deferred_until_ = t_ns; }
   void set_live(bool live) override { live_ = live; }
+  int producers(int port) const override {
+    auto it = producers_.find(port);
+    return it == producers_.end() ? -1 : it->second;
+  }
   std::atomic<std::int64_t>& counter(std::string_view name) override {
     auto& slot = counters_[std::string(name)];
     if (!slot) slot = std::make_unique<std::atomic<std::int64_t>>(0);
@@ -104,6 +118,7 @@ class StageRunner final : public StageContext {
   void set_now_ns(std::int64_t t) { now_ns_ = t; }
   void set_stop_requested(bool v) { stop_requested_ = v; }
   void set_replica(int r) { replica_ = r; }
+  void set_producers(const std::string& port, int n) { producers_[spec_.input_index(port)] = n; }
   std::int64_t deferred_until() const { return deferred_until_; }
   bool live() const { return live_; }
 
@@ -128,9 +143,11 @@ class StageRunner final : public StageContext {
   }
 
   std::string id_;
+  std::string producer_;
   StageSpec spec_;
   std::map<std::string, std::vector<Envelope>> outputs_;
   std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>> counters_;
+  std::map<int, int> producers_;
   std::int64_t now_ns_ = 0;
   std::int64_t deferred_until_ = 0;
   bool stop_requested_ = false;

@@ -123,4 +123,25 @@ TEST(SummaryTarget, AStagePathOfDashAsWrittenOrByDefaultIsStdout) {
   EXPECT_FALSE(stdout_is_data(source + "  - {id: j, type: io.jsonl, inputs: {in: s/out}, params: {path: out.jsonl}}\n"));
 }
 
+TEST(Summary, EachVoterHasALineWithItsDecisionsAndAddedLatency) {
+  swarmflow::RunReport r = run(3, 0);
+  swarmflow::ConsensusReport c;
+  c.stage = "vote";
+  c.decisions = 2000;
+  c.wrong = 1;
+  c.checked = 1999;
+  c.without_quorum = 3;
+  c.corrections = 4;
+  c.leader_changes = 2;
+  c.added_latency_p50_ms = 0.04;
+  c.added_latency_p99_ms = 0.5;
+  r.consensus.push_back(c);
+  const std::string text = swarmflow::cli::summary_table(r, {});
+  EXPECT_NE(text.find("consensus vote: 2000 decisions, 1 wrong (of 1999 checked), 3 without quorum, 4 corrections, "
+                      "2 leader changes; added latency p50 0.040 ms, p99 0.500 ms"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(swarmflow::cli::summary_table(run(3, 0), {}).find("consensus"), std::string::npos);
+}
+
 }  // namespace

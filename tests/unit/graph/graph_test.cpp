@@ -97,8 +97,9 @@ TEST_F(GraphTest, NodesFollowTheStagesWithTheirPorts) {
   EXPECT_FALSE(g.nodes[1].source());
   EXPECT_FALSE(g.nodes[1].sink());
   EXPECT_TRUE(g.nodes[2].sink());
-  ASSERT_EQ(g.nodes[1].spec.inputs().size(), 1U);
+  ASSERT_EQ(g.nodes[1].spec.inputs().size(), 2U);  // in, and the optional agreed
   EXPECT_EQ(g.nodes[1].spec.inputs()[0].name, "in");
+  EXPECT_TRUE(g.nodes[1].spec.inputs()[1].optional);
   EXPECT_EQ(g.nodes[1].spec.outputs()[0].type, "swarmflow.schema.Blob");
   EXPECT_EQ(g.find("work"), 1);
   EXPECT_EQ(g.find("nope"), -1);

@@ -124,7 +124,7 @@ TEST(Join, JoinNeedsTwoInputs) {
   std::vector<Diagnostic> diags;
   Status s = rt.load_string("pipeline: j\nstages:\n"
                             "  - {id: a, type: sim.source}\n"
-                            "  - {id: w, type: sim.work, inputs: {in: a/out}, join: {key: seq}}\n",
+                            "  - {id: w, type: sim.sink, inputs: {in: a/out}, join: {key: seq}}\n",
                             "j.yaml", &diags);
   EXPECT_FALSE(s.ok());
   ASSERT_EQ(diags.size(), 1U);

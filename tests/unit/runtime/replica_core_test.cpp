@@ -157,6 +157,51 @@ class Asker final : public Stage {
   OutputPort<schema::Blob> out_;
 };
 
+/// Holds each input and emits it `wait_ms` later, when called back.
+class Later final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(wait_ms_, "wait_ms", "how long each input is held", 10, {0.0, 1e6});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override {
+    if (const Envelope* e = in.envelope(in_)) held_.push_back({ctx.now_ns() + wait_ms_ * kMs, *e});
+    while (!held_.empty() && held_.front().first <= ctx.now_ns()) {
+      out.forward(out_, held_.front().second);
+      held_.erase(held_.begin());
+    }
+    if (!held_.empty()) ctx.defer_until(held_.front().first);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t wait_ms_ = 10;
+  std::vector<std::pair<std::int64_t, Envelope>> held_;
+};
+
+/// Emits, for each input, a Blob whose stream is its producer's replica.
+class WhoSent final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+  }
+  Status process(Inputs& in, Outputs& out, StageContext&) override {
+    EXPECT_EQ(in.producer_stage(), "src");
+    EnvelopeHeader h = out.base_header();
+    h.stream = static_cast<std::uint64_t>(in.producer_replica());
+    out.forward(out_, in.envelope()->with_header(h));
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+};
+
 struct Recorder final : ReplicaEffects {
   struct Sent {
     int node, replica, edge;
@@ -227,6 +272,8 @@ struct Harness {
     EXPECT_TRUE(registry.add<Pair>("test.pair", "joins a and b").ok());
     EXPECT_TRUE(registry.add<Holder>("test.holder", "passes on what it holds in steps of its own").ok());
     EXPECT_TRUE(registry.add<Asker>("test.asker", "asks to be called back").ok());
+    EXPECT_TRUE(registry.add<Later>("test.later", "emits each input later").ok());
+    EXPECT_TRUE(registry.add<WhoSent>("test.who_sent", "tells who sent each input").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
     spec = config::load_pipeline_string(yaml, "core.yaml", registry, diags);
@@ -643,6 +690,105 @@ TEST(ReplicaCore, AStageThatKeepsFailingFailsTheRunAfterFiveDeadLettersInARow) {
   h.core->deliver(in, 0, blob(2));
   EXPECT_EQ(h.stats[0]->dead_letters.load(), 10U);
   EXPECT_EQ(h.effects.sent.size(), 1U);
+}
+
+const std::string kCycle =
+    "pipeline: core\nstages:\n"
+    "  - {id: src, type: sim.source}\n"
+    "  - {id: a, type: test.pass, inputs: {in: [src/out, b/out]}, feedback: true, queue: {capacity: 4}}\n"
+    "  - {id: b, type: test.pass, inputs: {in: a/out}}\n"
+    "  - {id: sink, type: sim.sink, inputs: {in: b/out}}\n";
+
+TEST(ReplicaCore, EndOfStreamDoesNotWaitOnAFeedbackEdge) {
+  Harness h(kCycle, "a");
+  const int in = h.edge("src/out", "a/in");
+  const int back = h.edge("b/out", "a/in");
+  const int out = h.edge("a/out", "b/in");
+  ASSERT_TRUE(h.graph.edges[static_cast<std::size_t>(back)].feedback);
+  ASSERT_FALSE(h.graph.edges[static_cast<std::size_t>(in)].feedback);
+  h.core->start();
+  h.core->deliver(in, 0, blob(0));
+  h.core->deliver(back, 0, blob(0));  // once round the cycle: processed
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  // The source ends; b, the feedback producer, has not (it cannot before a does).
+  h.core->end_of_stream(in, 0);
+  EXPECT_TRUE(h.core->has_finished());
+  ASSERT_EQ(h.effects.eos.size(), 1U);
+  EXPECT_EQ(h.effects.eos[0], std::make_pair(0, out));
+  // What still circulates is acknowledged and counted, not processed.
+  const int credits = h.effects.credits_returned();
+  h.core->deliver(back, 0, blob(1));
+  EXPECT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.stats[0]->counter("feedback_after_end").load(), 1);
+  EXPECT_EQ(h.stats[0]->dead_letters.load(), 0U);
+  EXPECT_EQ(h.effects.credits_returned(), credits + 1);
+  // It leaves once b has released what it was sent.
+  EXPECT_FALSE(h.effects.done);
+  h.core->ack(out, 0, 2, 2, 0);
+  EXPECT_TRUE(h.effects.done);
+}
+
+TEST(ReplicaCore, AFeedbackEdgeNeverBlocksItsProducer) {
+  Harness h(kCycle, "b");
+  const int back = h.edge("b/out", "a/in");
+  EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(back)].overflow, config::Overflow::drop_oldest);
+  EXPECT_EQ(h.graph.edges[static_cast<std::size_t>(h.edge("src/out", "a/in"))].overflow, config::Overflow::block);
+}
+
+
+TEST(ReplicaCore, AStageWithInputsIsCalledBackWhenItAsksAndDoesNotEndBefore) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source}\n"
+            "  - {id: mid, type: test.later, inputs: {in: src/out}, params: {wait_ms: 10}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(in, 0, blob(0));
+  g_now += 4 * kMs;
+  h.core->deliver(in, 0, blob(1));
+  EXPECT_TRUE(h.effects.sent.empty());
+  // One call back, for the earliest: the first input's time.
+  ASSERT_EQ(h.effects.timers.size(), 1U);
+  EXPECT_EQ(h.effects.timers[0].kind, ReplicaCore::kWake);
+  EXPECT_EQ(h.effects.timers[0].at_ns, t0 + 10 * kMs);
+  // The source ends: the replica stays, something is still due.
+  h.core->end_of_stream(in, 0);
+  EXPECT_FALSE(h.core->has_finished());
+  // A timer that comes early changes nothing but asks again.
+  h.core->tick(ReplicaCore::kWake);
+  EXPECT_TRUE(h.effects.sent.empty());
+  g_now = t0 + 10 * kMs;
+  h.core->tick(ReplicaCore::kWake);
+  ASSERT_EQ(h.effects.sent.size(), 1U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().seq, 0U);
+  EXPECT_FALSE(h.core->has_finished());
+  EXPECT_EQ(h.effects.timers.back().at_ns, t0 + 14 * kMs);
+  g_now = t0 + 14 * kMs;
+  h.core->tick(ReplicaCore::kWake);
+  ASSERT_EQ(h.effects.sent.size(), 2U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().seq, 1U);
+  // Nothing more is due: it ends.
+  EXPECT_TRUE(h.core->has_finished());
+}
+
+
+TEST(ReplicaCore, AStepKnowsWhichReplicaOfWhichStageSentItsEnvelope) {
+  Harness h("pipeline: core\nstages:\n"
+            "  - {id: src, type: sim.source, replicas: 3}\n"
+            "  - {id: mid, type: test.who_sent, inputs: {in: src/out}}\n"
+            "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n",
+            "mid");
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  h.core->deliver(in, 2, blob(0));
+  h.core->deliver(in, 0, blob(1));
+  h.core->deliver(in, 1, blob(2));
+  ASSERT_EQ(h.effects.sent.size(), 3U);
+  EXPECT_EQ(h.effects.sent[0].envelope.header().stream, 2U);
+  EXPECT_EQ(h.effects.sent[1].envelope.header().stream, 0U);
+  EXPECT_EQ(h.effects.sent[2].envelope.header().stream, 1U);
 }
 
 }  // namespace

@@ -534,5 +534,60 @@ TEST(AckThreshold, NeverZeroAndAtMostHalfTheCapacity) {
   EXPECT_EQ(ack_threshold(16), 8);
 }
 
+
+// -- fanout: all ---------------------------------------------------------------
+
+TEST(EdgeRouterFanout, EachEnvelopeGoesToEveryReplicaAsACopyOfOnePayload) {
+  EdgeRouter router(3, 2, Overflow::block, false);
+  router.set_fanout(true);
+  std::vector<Dispatch> out;
+  router.offer(sized(1, 0, 64), out);
+  ASSERT_EQ(out.size(), 3U);
+  std::set<int> replicas;
+  for (const auto& d : out) {
+    replicas.insert(d.replica);
+    EXPECT_EQ(d.envelope.payload().get(), out[0].envelope.payload().get());
+    EXPECT_EQ(d.envelope.header().seq, 0U);
+  }
+  EXPECT_EQ(replicas, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(router.offered(), 3U);  // each copy counts, so sent = delivered + dropped holds
+  EXPECT_EQ(router.dispatched(), 3U);
+}
+
+TEST(EdgeRouterFanout, ACopyWaitsForItsOwnReplicasCreditAndOrderPerReplicaIsKept) {
+  EdgeRouter router(2, 1, Overflow::block, false);
+  router.set_fanout(true);
+  std::vector<Dispatch> out;
+  router.offer(env(0, 0), out);
+  ASSERT_EQ(out.size(), 2U);
+  // Replica 0 credits, replica 1 does not: the next copy for 1 waits, and blocks.
+  out.clear();
+  router.on_ack(0, 1, 1, 0, out);
+  router.offer(env(0, 1), out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].replica, 0);
+  EXPECT_TRUE(router.blocked());
+  EXPECT_EQ(router.waiting(), 1U);
+  out.clear();
+  router.on_ack(1, 1, 1, 0, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].replica, 1);
+  EXPECT_EQ(out[0].envelope.header().seq, 1U);
+  EXPECT_FALSE(router.blocked());
+}
+
+TEST(EdgeRouterFanout, DroppingPoliciesCountEachCopyAndKeepCapacityPerReplica) {
+  EdgeRouter router(2, 1, Overflow::drop_newest, false);
+  router.set_fanout(true);
+  std::vector<Dispatch> out;
+  for (std::uint64_t seq = 0; seq < 4; ++seq) router.offer(env(0, seq), out);
+  // seq 0 is sent to both; seq 1 waits for both (capacity 1 each); 2 and 3 are dropped.
+  EXPECT_EQ(out.size(), 2U);
+  EXPECT_EQ(router.waiting(), 2U);
+  EXPECT_EQ(router.offered(), 8U);
+  EXPECT_EQ(router.dropped(), 4U);
+  EXPECT_EQ(router.offered(), router.dispatched() + router.dropped() + router.waiting());
+}
+
 }  // namespace
 }  // namespace swarmflow::runtime

@@ -386,5 +386,35 @@ TEST(Runtime, InvalidPipelineIsRejectedWithDiagnostics) {
   EXPECT_EQ(diags[0].line, 3);
 }
 
+
+TEST(Runtime, FanoutAllSendsEveryEnvelopeToEachReplica) {
+  const std::string yaml =
+      "pipeline: fan\n"
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 300, streams: 2}}\n"
+      "  - {id: work, type: sim.work, replicas: 3, fanout: all, inputs: {in: src/out}, queue: {capacity: 4}}\n"
+      "  - {id: sink, type: sim.sink, inputs: {in: work/out}}\n";
+  Status s;
+  RunReport r = run_yaml(yaml, &s);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.stage("work")->processed, 900U);
+  for (const auto& rep : r.replicas) {
+    if (rep.stage == "work") {
+      EXPECT_EQ(rep.processed, 300U) << "replica " << rep.replica;
+    }
+  }
+  // Each copy is an envelope of the edge: sent, delivered and acknowledged.
+  for (const auto& e : r.edges) {
+    if (e.from == "src/out") {
+      EXPECT_EQ(e.sent, 900U);
+      EXPECT_EQ(e.delivered, 900U);
+    }
+  }
+  // Three of each (stream, seq) reach the sink: two counted as duplicates.
+  EXPECT_EQ(counter(r.stage("sink"), "received"), 900);
+  EXPECT_EQ(counter(r.stage("sink"), "duplicate"), 600);
+  expect_conservation(r);
+}
+
 }  // namespace
 }  // namespace swarmflow
