@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -479,23 +480,43 @@ void Detokenize::setup(StageSpec& s) {
   out_ = s.output<schema::Completion>("out", "one completion per request, at its final token");
 }
 
-Status Detokenize::process(Inputs& in, Outputs& out, StageContext&) {
+Status Detokenize::process(Inputs& in, Outputs& out, StageContext& ctx) {
   const schema::Tokens* t = in.get(in_);
   if (t == nullptr) return Status::error("lm.detokenize: not Tokens");
-  if (ServeHub* hub = serve_hub(); hub != nullptr) deliver(*hub, *t);
-  Partial& part = partial_[t->request_id()];
-  if (t->pieces() != nullptr) {
-    for (const auto* s : *t->pieces()) part.text += s->str();
+  const std::uint64_t id = t->request_id();
+  Partial& part = partial_[id];
+  const std::size_t n = t->ids() != nullptr ? t->ids()->size() : 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<flatbuffers::uoffset_t>(i);
+    const std::uint64_t position = t->position() + i;
+    if (position < part.next) {
+      ctx.counter("late_tokens").fetch_add(1, std::memory_order_relaxed);  // passed on already
+      continue;
+    }
+    Token& tok = part.ahead[position];
+    tok.id = t->ids()->Get(k);
+    tok.piece = t->pieces() != nullptr && k < t->pieces()->size() ? t->pieces()->Get(k)->str() : std::string();
+    tok.logprob = t->logprobs() != nullptr && k < t->logprobs()->size() ? t->logprobs()->Get(k) : 0.0F;
   }
-  if (t->ids() != nullptr) part.tokens += t->ids()->size();
-  if (!t->final()) return {};
+  if (t->prompt_tokens() > 0) part.prompt_tokens = t->prompt_tokens();
+  if (t->final()) {
+    part.finish_reason = t->finish_reason() ? t->finish_reason()->str() : std::string();
+    // A final envelope without a token (a refusal, a cancellation) ends the
+    // stream where it is; else the stream ends at its last token.
+    part.ended = true;
+    part.end_only = n == 0;
+    part.end = n > 0 ? t->position() + n : part.next;
+    if (n == 0) part.ahead.clear();
+  }
+  if (!advance(part, id, serve_hub())) return {};
   flatbuffers::FlatBufferBuilder fbb;
   const auto text = fbb.CreateString(part.text);
-  const auto reason = fbb.CreateString(t->finish_reason() ? t->finish_reason()->string_view() : std::string_view{});
-  fbb.Finish(schema::CreateCompletion(fbb, t->request_id(), text, part.tokens, reason), schema::CompletionIdentifier());
-  partial_.erase(t->request_id());
+  const auto reason = fbb.CreateString(part.finish_reason);
+  fbb.Finish(schema::CreateCompletion(fbb, id, text, part.tokens, reason), schema::CompletionIdentifier());
+  partial_.erase(id);
   // A completion is about the whole request, not about its last token.
   EnvelopeHeader h = out.base_header();
+  h.stream = id;
   h.seq = 0;
   h.vote_key = 0;
   h.confidence = 1.0F;
@@ -503,59 +524,125 @@ Status Detokenize::process(Inputs& in, Outputs& out, StageContext&) {
   return {};
 }
 
-void Detokenize::deliver(ServeHub& hub, const schema::Tokens& t) {
-  const std::size_t n = t.ids() != nullptr ? t.ids()->size() : 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto k = static_cast<flatbuffers::uoffset_t>(i);
-    ServeEvent e;
-    e.token = t.ids()->Get(k);
-    if (t.pieces() != nullptr && k < t.pieces()->size()) e.piece = t.pieces()->Get(k)->str();
-    if (t.logprobs() != nullptr && k < t.logprobs()->size()) e.logprob = t.logprobs()->Get(k);
-    e.prompt_tokens = t.prompt_tokens();
-    e.final = t.final() && i + 1 == n;
-    if (e.final && t.finish_reason() != nullptr) e.finish_reason = t.finish_reason()->str();
-    hub.deliver(t.request_id(), std::move(e));
+bool Detokenize::advance(Partial& part, std::uint64_t id, ServeHub* hub) {
+  while (!part.ahead.empty() && part.ahead.begin()->first == part.next && (!part.ended || part.next < part.end)) {
+    Token tok = std::move(part.ahead.begin()->second);
+    part.ahead.erase(part.ahead.begin());
+    part.text += tok.piece;
+    ++part.tokens;
+    ++part.next;
+    if (hub != nullptr) {
+      ServeEvent e;
+      e.token = tok.id;
+      e.piece = std::move(tok.piece);
+      e.logprob = tok.logprob;
+      e.prompt_tokens = part.prompt_tokens;
+      e.final = part.ended && !part.end_only && part.next == part.end;
+      if (e.final) e.finish_reason = part.finish_reason;
+      hub->deliver(id, std::move(e));
+    }
   }
-  if (n == 0 && t.final()) {
+  if (!part.ended || part.next < part.end) return false;
+  if (hub != nullptr && part.end_only) {
     ServeEvent e;
     e.final = true;
-    if (t.finish_reason() != nullptr) e.finish_reason = t.finish_reason()->str();
-    hub.deliver(t.request_id(), std::move(e));
+    e.finish_reason = part.finish_reason;
+    hub->deliver(id, std::move(e));
   }
+  return true;
 }
 
-// A snapshot: u64 count, then per request u64 id, u64 tokens, u64 text
-// length and the text.
+// A snapshot: u64 count, then per request its id, tokens, next, end and
+// flags (ended | end_only << 1), prompt tokens, text, finish reason, and the
+// tokens that came ahead of `next` (position, id, logprob bits, piece); u64
+// each, strings as u64 length and bytes.
+namespace {
+
+void put_str(std::string& out, const std::string& s) {
+  put_u64(out, s.size());
+  out += s;
+}
+
+struct SnapshotReader {
+  const std::string& in;
+  std::size_t at = 0;
+  bool ok = true;
+  std::uint64_t u64() {
+    if (in.size() - at < 8) {
+      ok = false;
+      return 0;
+    }
+    const std::uint64_t v = get_u64(in, at);
+    at += 8;
+    return v;
+  }
+  std::string str() {
+    const std::uint64_t n = u64();
+    if (!ok || in.size() - at < n) {
+      ok = false;
+      return {};
+    }
+    std::string s = in.substr(at, static_cast<std::size_t>(n));
+    at += static_cast<std::size_t>(n);
+    return s;
+  }
+};
+
+}  // namespace
+
 bool Detokenize::snapshot(std::string& out) const {
   put_u64(out, partial_.size());
   for (const auto& [id, part] : partial_) {
     put_u64(out, id);
     put_u64(out, part.tokens);
-    put_u64(out, part.text.size());
-    out += part.text;
+    put_u64(out, part.next);
+    put_u64(out, part.end);
+    put_u64(out, (part.ended ? 1U : 0U) | (part.end_only ? 2U : 0U));
+    put_u64(out, part.prompt_tokens);
+    put_str(out, part.text);
+    put_str(out, part.finish_reason);
+    put_u64(out, part.ahead.size());
+    for (const auto& [position, tok] : part.ahead) {
+      put_u64(out, position);
+      put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(tok.id)));
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &tok.logprob, 4);
+      put_u64(out, bits);
+      put_str(out, tok.piece);
+    }
   }
   return true;
 }
 
 Status Detokenize::restore(const std::string& state) {
-  const auto bad = Status::error("lm.detokenize: snapshot truncated or with trailing bytes");
-  if (state.size() < 8) return bad;
-  const std::uint64_t count = get_u64(state, 0);
-  std::size_t at = 8;
+  SnapshotReader r{state};
   std::map<std::uint64_t, Partial> partial;
-  for (std::uint64_t k = 0; k < count; ++k) {
-    if (state.size() - at < 24) return bad;
-    const std::uint64_t id = get_u64(state, at);
+  const std::uint64_t count = r.u64();
+  for (std::uint64_t k = 0; k < count && r.ok; ++k) {
+    const std::uint64_t id = r.u64();
     Partial p;
-    p.tokens = static_cast<std::uint32_t>(get_u64(state, at + 8));
-    const std::uint64_t n = get_u64(state, at + 16);
-    at += 24;
-    if (state.size() - at < n) return bad;
-    p.text = state.substr(at, static_cast<std::size_t>(n));
-    at += static_cast<std::size_t>(n);
+    p.tokens = static_cast<std::uint32_t>(r.u64());
+    p.next = r.u64();
+    p.end = r.u64();
+    const std::uint64_t flags = r.u64();
+    p.ended = (flags & 1U) != 0;
+    p.end_only = (flags & 2U) != 0;
+    p.prompt_tokens = static_cast<std::uint32_t>(r.u64());
+    p.text = r.str();
+    p.finish_reason = r.str();
+    const std::uint64_t ahead = r.u64();
+    for (std::uint64_t a = 0; a < ahead && r.ok; ++a) {
+      const std::uint64_t position = r.u64();
+      Token tok;
+      tok.id = static_cast<int>(static_cast<std::int64_t>(r.u64()));
+      const auto bits = static_cast<std::uint32_t>(r.u64());
+      std::memcpy(&tok.logprob, &bits, 4);
+      tok.piece = r.str();
+      p.ahead[position] = std::move(tok);
+    }
     partial[id] = std::move(p);
   }
-  if (at != state.size()) return bad;
+  if (!r.ok || r.at != state.size()) return Status::error("lm.detokenize: snapshot truncated or with trailing bytes");
   partial_ = std::move(partial);
   return {};
 }

@@ -117,12 +117,27 @@ class Detokenize final : public Stage {
   Status restore(const std::string& state) override;
 
  private:
-  struct Partial {
-    std::string text;
-    std::uint32_t tokens = 0;
+  /// One request's stream as it comes: tokens by position (a voter may
+  /// decide them out of order, a correction may replace one), passed on in
+  /// order from `next`.
+  struct Token {
+    int id = 0;
+    std::string piece;
+    float logprob = 0;
   };
-  /// Hands a request's tokens to the server of this process.
-  static void deliver(ServeHub& hub, const schema::Tokens& tokens);
+  struct Partial {
+    std::string text;              ///< the pieces of positions before `next`
+    std::uint32_t tokens = 0;      ///< positions before `next`
+    std::uint64_t next = 0;        ///< the first position not passed on yet
+    bool ended = false;            ///< its final envelope has come
+    bool end_only = false;         ///< ... without a token (a refusal, a cancellation)
+    std::uint64_t end = 0;         ///< with `ended`: one past its last position
+    std::string finish_reason;
+    std::uint32_t prompt_tokens = 0;
+    std::map<std::uint64_t, Token> ahead;  ///< positions from `next` on that have come
+  };
+  /// Takes what is in order now; true once the request is complete.
+  static bool advance(Partial& part, std::uint64_t id, ServeHub* hub);
   InputPort<schema::Tokens> in_;
   OutputPort<schema::Completion> out_;
   std::map<std::uint64_t, Partial> partial_;

@@ -522,10 +522,11 @@ void ReplicaCore::drain(std::int64_t now) {
       duplicates_counter_->fetch_add(1, std::memory_order_relaxed);
       acknowledge(item.in, item.from);
       --data_queued_;
-    } else if (in.feedback && (finished_ || eos_remaining_ == 0)) {
-      // Still circulating when the forward inputs ended: acknowledged and
-      // counted, not processed, so that the cycle drains (docs/design.md,
-      // "Cycles").
+    } else if (in.feedback && (finished_ || (eos_remaining_ == 0 && (wake_at_ == 0 || failed_ || !stage_)))) {
+      // Still circulating when the forward inputs ended and the stage has
+      // no work in hand: acknowledged and counted, not processed, so that
+      // the cycle drains (docs/design.md, "Cycles"). A stage still working
+      // on what it holds (defer_until) takes it: it is about that work.
       setup_.stats->counter("feedback_after_end").fetch_add(1, std::memory_order_relaxed);
       remember(up, item);
       settle_item(item);

@@ -288,6 +288,50 @@ TEST_F(LmStages, FaultInjectionMakesTheChosenReplicaLieOrFail) {
   EXPECT_EQ(crashing.counter_value("crashes"), 1);
 }
 
+Envelope token(std::uint64_t request, std::uint64_t position, char c, bool final) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto ids = fbb.CreateVector(std::vector<int>{c});
+  const auto pieces = fbb.CreateVector(std::vector<flatbuffers::Offset<flatbuffers::String>>{fbb.CreateString(std::string(1, c))});
+  const auto reason = fbb.CreateString(final ? "length" : "");
+  schema::TokensBuilder b(fbb);
+  b.add_ids(ids);
+  b.add_pieces(pieces);
+  b.add_position(position);
+  b.add_final(final);
+  b.add_request_id(request);
+  b.add_finish_reason(reason);
+  fbb.Finish(b.Finish(), schema::TokensIdentifier());
+  EnvelopeHeader h;
+  h.stream = request;
+  h.seq = position;
+  return Envelope(h, Payload::from_builder(fbb));
+}
+
+TEST_F(LmStages, DetokenizePutsTokensInTheirPlaceWhateverOrderTheyComeIn) {
+  // As a voter may decide them: out of order, the final one before others.
+  StageRunner detok(registry_, "lm.detokenize");
+  ASSERT_TRUE(detok.start().ok());
+  ASSERT_TRUE(detok.feed("in", token(4, 1, 'b', false)).ok());
+  ASSERT_TRUE(detok.feed("in", token(4, 3, 'd', true)).ok());
+  ASSERT_TRUE(detok.feed("in", token(4, 0, 'a', false)).ok());
+  EXPECT_TRUE(detok.output("out").empty());  // position 2 is missing
+  // A snapshot now and a restored replica finish it the same way.
+  std::string state;
+  ASSERT_TRUE(detok.stage().snapshot(state));
+  StageRunner other(registry_, "lm.detokenize");
+  ASSERT_TRUE(other.start().ok());
+  ASSERT_TRUE(other.stage().restore(state).ok());
+  for (StageRunner* r : {&detok, &other}) {
+    ASSERT_TRUE(r->feed("in", token(4, 2, 'c', false)).ok());
+    ASSERT_EQ(r->output("out").size(), 1u);
+    const auto* c = r->output("out")[0].as<schema::Completion>();
+    EXPECT_EQ(c->text()->str(), "abcd");
+    EXPECT_EQ(c->tokens(), 4u);
+    EXPECT_EQ(c->finish_reason()->str(), "length");
+  }
+  EXPECT_TRUE(other.stage().restore(state.substr(0, state.size() - 1)).is_error());
+}
+
 TEST_F(LmStages, PromptsReadsTextAndJsonLines) {
   const std::string path = ::testing::TempDir() + "lm_prompts.txt";
   {

@@ -4,7 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
 #include <swarmflow/runtime.hpp>
+#include <swarmflow/schema/completion_generated.h>
+#include <swarmflow/schema/tokens_generated.h>
 
 namespace swarmflow {
 namespace {
@@ -128,6 +135,49 @@ TEST(Voting, ALyingLeaderIsDemotedAndWhatItPassedAtOnceIsCorrected) {
   ASSERT_EQ(r.consensus.size(), 1U);
   EXPECT_EQ(r.consensus[0].corrections, static_cast<std::uint64_t>(counter(vote, "corrections")));
   EXPECT_EQ(r.consensus[0].leader_changes, 1U);
+  expect_conservation(r);
+}
+
+TEST(Voting, ThreeModelReplicasOneLyingOnAFifthOfItsTokensGiveTheFaultFreeText) {
+  // pipelines/tokens-consensus.yaml as shipped, writing nowhere: its
+  // completions are read from the detokenizer, the fault-free text from the
+  // reference replica outside the vote.
+  std::ifstream f(std::string(SWARMFLOW_SOURCE_DIR) + "/pipelines/tokens-consensus.yaml");
+  std::stringstream text;
+  text << f.rdbuf();
+  std::string yaml = text.str();
+  const auto at = yaml.find("path: tokens-consensus-completions.jsonl");
+  ASSERT_NE(at, std::string::npos);
+  yaml.replace(at, 40, "path: /dev/null");
+  Runtime rt;
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string(yaml, "tokens-consensus.yaml", &diags).ok()) << format_diagnostics(diags);
+  std::mutex mu;
+  std::map<std::uint64_t, std::string> voted;
+  std::map<std::uint64_t, std::string> reference;
+  ASSERT_TRUE(rt.subscribe("detokenize/out", [&](const Envelope& e) {
+                  const auto* c = e.as<schema::Completion>();
+                  std::lock_guard<std::mutex> lock(mu);
+                  voted[c->request_id()] = c->text()->str();
+                }).ok());
+  ASSERT_TRUE(rt.subscribe("reference/out", [&](const Envelope& e) {
+                  const auto* t = e.as<schema::Tokens>();
+                  std::lock_guard<std::mutex> lock(mu);
+                  if (t->pieces() != nullptr) {
+                    for (const auto* p : *t->pieces()) reference[t->request_id()] += p->str();
+                  }
+                }).ok());
+  ASSERT_TRUE(rt.run().ok());
+  const RunReport r = rt.report();
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(reference.size(), 8U);
+  EXPECT_EQ(voted, reference);
+  const StageReport* vote = r.stage("vote");
+  EXPECT_GT(counter(r.stage("generate"), "lies"), 50);
+  EXPECT_EQ(counter(vote, "decisions"), 8 * 48);
+  EXPECT_EQ(counter(vote, "checked"), 8 * 48);
+  EXPECT_EQ(counter(vote, "wrong"), 0);
+  EXPECT_EQ(counter(vote, "without_quorum"), 0);
   expect_conservation(r);
 }
 
