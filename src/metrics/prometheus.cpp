@@ -3,6 +3,7 @@
 #include "metrics/prometheus.hpp"
 
 #include <cinttypes>
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -183,6 +184,44 @@ std::string to_prometheus(const RunReport& r) {
     if (u.refused_handshakes > 0) {
       w.sample("swarmflow_transport_rejected_total", {{"unit", u.id}, {"reason", "handshake"}}, u.refused_handshakes);
     }
+  }
+
+  // The stages' own histograms (StageContext::observe), as summaries; the
+  // token generators' TTFT and TPOT in seconds besides.
+  auto summary = [&w](const std::string& name, Labels labels, const ValueSummary& v, double per_unit) {
+    for (const auto& [q, value] : {std::pair<const char*, double>{"0.5", v.p50}, {"0.99", v.p99}}) {
+      Labels with = labels;
+      with.emplace_back("quantile", q);
+      w.sample(name, with, value / per_unit);
+    }
+    w.sample(name + "_sum", labels, v.mean * static_cast<double>(v.count) / per_unit);
+    w.sample(name + "_count", labels, v.count);
+  };
+  w.family("swarmflow_stage_observed", "summary",
+           "A stage's own histogram (StageContext::observe), in the unit the stage records it in, by name.");
+  for (const auto& st : r.stages) {
+    for (const auto& [name, v] : st.histograms) summary("swarmflow_stage_observed", {{"stage", st.id}, {"name", name}}, v, 1.0);
+  }
+  // One family at a time: each family's samples follow its HELP and TYPE.
+  const char* generator_families[][3] = {
+      {"swarmflow_generate_ttft_seconds", "ttft_ms",
+       "Time to first token of an lm.generate stage's requests, from their arrival at it."},
+      {"swarmflow_generate_tpot_seconds", "tpot_ms",
+       "Time per output token of an lm.generate stage's requests (the mean gap between a request's tokens)."},
+  };
+  for (const auto& f : generator_families) {
+    w.family(f[0], "summary", f[2]);
+    for (const auto& st : r.stages) {
+      if (st.type != "lm.generate") continue;
+      if (auto it = st.histograms.find(f[1]); it != st.histograms.end()) summary(f[0], {{"stage", st.id}}, it->second, 1000.0);
+    }
+  }
+  w.family("swarmflow_generate_tokens_total", "counter", "Tokens an lm.generate stage generated.");
+  for (const auto& st : r.stages) {
+    if (st.type != "lm.generate") continue;
+    auto tokens = st.counters.find("tokens");
+    w.sample("swarmflow_generate_tokens_total", {{"stage", st.id}},
+             static_cast<std::uint64_t>(tokens != st.counters.end() ? std::max<std::int64_t>(tokens->second, 0) : 0));
   }
 
   w.family("swarmflow_failovers_total", "counter", "Units whose replicas were placed anew, by cause (dead, left).");

@@ -114,5 +114,38 @@ TEST(Prometheus, DropsAreSplitByReasonAndHistogramsAreCumulative) {
       << text;
 }
 
+TEST(Prometheus, GeneratorsTtftAndTpotAreSummariesInSeconds) {
+  RunReport r = odd_report();
+  StageReport gen;
+  gen.id = "gen";
+  gen.type = "lm.generate";
+  gen.counters["tokens"] = 96;
+  ValueSummary ttft;
+  ttft.count = 4;
+  ttft.mean = 375;
+  ttft.p50 = 250;
+  ttft.p99 = 500;
+  gen.histograms["ttft_ms"] = ttft;
+  ValueSummary tpot;
+  tpot.count = 4;
+  tpot.mean = 125;
+  tpot.p50 = 125;
+  tpot.p99 = 250;
+  gen.histograms["tpot_ms"] = tpot;
+  r.stages.push_back(gen);
+  const std::string text = to_prometheus(r);
+  EXPECT_NE(text.find("# TYPE swarmflow_generate_ttft_seconds summary\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("swarmflow_generate_ttft_seconds{stage=\"gen\",quantile=\"0.99\"} 0.5\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("swarmflow_generate_ttft_seconds_count{stage=\"gen\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("swarmflow_generate_ttft_seconds_sum{stage=\"gen\"} 1.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("swarmflow_generate_tpot_seconds{stage=\"gen\",quantile=\"0.5\"} 0.125\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("swarmflow_generate_tokens_total{stage=\"gen\"} 96\n"), std::string::npos);
+  EXPECT_NE(text.find("swarmflow_stage_observed{stage=\"gen\",name=\"ttft_ms\",quantile=\"0.5\"} 250\n"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace swarmflow::metrics
