@@ -710,3 +710,52 @@ TEST(UnitProcesses, AStatefulStageOnAUnitProcessSnapshotsAsOftenAsFailureSnapsho
 }
 
 }  // namespace
+
+TEST(UnitProcesses, VotingGoesOnWhenTheUnitOfAReplicaIsKilled) {
+  // Three sim.work replicas (fanout: all), one on each of u1, u2, u3, are
+  // voted on by consensus.vote on u0 against a fault-free reference. u1 is
+  // killed mid-stream: its replica is placed anew, what it had not released
+  // is replayed to it, and every question is decided once, none wrongly,
+  // none without quorum.
+  TempDir dir;
+  const std::string seen = dir.file("seen.jsonl");
+  const std::string file = dir.write(
+      "vote.yaml", "pipeline: vote\n" + ipc_units(dir) + "  - {id: u2, endpoint: \"ipc://" + dir.file("u2.sock") +
+                       "\"}\n  - {id: u3, endpoint: \"ipc://" + dir.file("u3.sock") + "\"}\n"
+                       "stages:\n"
+                       "  - {id: src, type: sim.source, params: {count: 3000, streams: 4}, placement: {units: [u0]}}\n"
+                       "  - {id: work, type: sim.work, replicas: 3, fanout: all, inputs: {in: src/out},\n"
+                       "     params: {answer_confidence: 0.9, service_us: 300}, placement: {units: [u1, u2, u3], spread: true}}\n"
+                       "  - {id: truth, type: sim.work, inputs: {in: src/out}, params: {answer_confidence: 1.0},\n"
+                       "     placement: {units: [u0]}}\n"
+                       "  - {id: vote, type: consensus.vote, inputs: {candidates: work/out, reference: truth/out},\n"
+                       "     params: {deadline_ms: 2000}, placement: {units: [u0]}}\n"
+                       "  - {id: sink, type: sim.sink, inputs: {in: vote/out}, placement: {units: [u0]}}\n"
+                       "  - {id: seen, type: io.jsonl, inputs: {in: vote/out}, params: {path: \"" + seen +
+                       "\", flush: true}, placement: {units: [u0]}}\n");
+  const std::string report = dir.file("vote.json");
+  pid_t u1 = spawn_cli({"unit", file, "--id", "u1"}, dir.file("u1.out"), dir.file("u1.err"));
+  pid_t u2 = spawn_cli({"unit", file, "--id", "u2"}, dir.file("u2.out"), dir.file("u2.err"));
+  pid_t u3 = spawn_cli({"unit", file, "--id", "u3"}, dir.file("u3.out"), dir.file("u3.err"));
+  pid_t coordinator =
+      spawn_cli({"run", file, "--quiet", "--units", "u0", "--report", report}, dir.file("c.out"), dir.file("c.err"));
+  ASSERT_TRUE(wait_for_content(seen, kPatience)) << slurp(dir.file("c.err"));
+  kill(u1, SIGKILL);
+  wait_exit(u1);
+  const int rc = wait_exit_within(coordinator, kPatience);
+  const std::string err = slurp(dir.file("c.err"));
+  ASSERT_NE(rc, -1) << err;
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_NE(wait_exit_within(u2, kPatience), -1);
+  EXPECT_NE(wait_exit_within(u3, kPatience), -1);
+  const auto r = nlohmann::json::parse(slurp(report));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["error"];
+  ASSERT_EQ(r["failovers"].size(), 1U) << r["failovers"].dump();
+  EXPECT_EQ(r["failovers"][0]["unit"], "u1");
+  const auto& vote = r["consensus"]["vote"];
+  EXPECT_EQ(vote["decisions"], 3000) << vote.dump();
+  EXPECT_EQ(vote["wrong"], 0) << vote.dump();
+  EXPECT_EQ(vote["without_quorum"], 0) << vote.dump();
+  EXPECT_EQ(r["sinks"]["sink"]["received"], 3000) << r["sinks"].dump();
+  EXPECT_EQ(r["sinks"]["sink"]["duplicate"], 0) << r["sinks"].dump();
+}
