@@ -242,7 +242,9 @@ TEST_F(LmEngine, AnAgreedTokenAheadOfAReplicaIsTakenWhenItGetsThere) {
   const auto tokens = latest(e, &all);
   EXPECT_EQ(tokens.at(1)[3], 'Z');
   for (const auto& t : all) {
-    if (t.position == 3) EXPECT_LT(t.logprob, 0.0);  // its probability under the model, not 1
+    if (t.position == 3) {
+      EXPECT_LT(t.logprob, 0.0);  // its probability under the model, not 1
+    }
   }
 }
 }  // namespace
