@@ -1,4 +1,5 @@
 #include "video/synthetic_parts.hpp"
+#include "video/splitmix.hpp"
 
 #include <algorithm>
 #include <array>
@@ -18,40 +19,12 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// -- deterministic randomness --------------------------------------------------
-// splitmix64: the same numbers on every platform, unlike std:: distributions.
+// -- deterministic randomness (splitmix.hpp) -----------------------------------
 
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using splitmix::mix64;
+using splitmix::Rng;
 
-std::uint64_t hash_of(std::initializer_list<std::uint64_t> values) {
-  std::uint64_t h = 0x5eed5eed12345678ULL;
-  for (std::uint64_t v : values) h = mix64(h ^ mix64(v));
-  return h;
-}
-
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return mix64(state_);
-  }
-  /// Uniform in [0, 1).
-  double unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
-  bool chance(double p) { return unit() < p; }
-  /// Uniform integer in [lo, hi].
-  int range(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<std::uint64_t>(hi - lo + 1)); }
-  double sign() { return chance(0.5) ? 1.0 : -1.0; }
-
- private:
-  std::uint64_t state_;
-};
+std::uint64_t hash_of(std::initializer_list<std::uint64_t> values) { return splitmix::hash_of(0x5eed5eed12345678ULL, values); }
 
 // Tags that keep the random streams of different purposes apart.
 enum class Stream : std::uint64_t {

@@ -1,4 +1,5 @@
 #include "video/synthetic_ultrasound.hpp"
+#include "video/splitmix.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,37 +21,12 @@ constexpr int kNoiseMargin = 64;    ///< the noise tile is this much larger than
 constexpr double kTopDb = 20.0;     ///< the tissue's mean echo sits this far below white
 constexpr std::size_t kScenesKept = 2;
 
-// -- deterministic randomness --------------------------------------------------
-// splitmix64: the same numbers on every platform, unlike std:: distributions.
+// -- deterministic randomness (splitmix.hpp) -----------------------------------
 
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using splitmix::mix64;
+using splitmix::Rng;
 
-std::uint64_t hash_of(std::initializer_list<std::uint64_t> values) {
-  std::uint64_t h = 0x0517a50d12345678ULL;
-  for (std::uint64_t v : values) h = mix64(h ^ mix64(v));
-  return h;
-}
-
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return mix64(state_);
-  }
-  double unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
-  bool chance(double p) { return unit() < p; }
-  int range(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<std::uint64_t>(hi - lo + 1)); }
-
- private:
-  std::uint64_t state_;
-};
+std::uint64_t hash_of(std::initializer_list<std::uint64_t> values) { return splitmix::hash_of(0x0517a50d12345678ULL, values); }
 
 /// Tags that keep the random streams of different purposes apart.
 enum class Stream : std::uint64_t { scene = 1, scatterers = 2, blood = 3, noise = 4, frame = 5, texture = 6 };
