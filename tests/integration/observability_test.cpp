@@ -19,6 +19,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "support/http_poll.hpp"
 #include "support/process.hpp"
 
 namespace {
@@ -32,19 +33,9 @@ using swarmflow::testing::wait_exit_within;
 
 constexpr std::chrono::seconds kPatience{30};
 
-/// GET http://127.0.0.1:PORT/PATH until it answers 200 and `until` holds, or
-/// the patience runs out; the body, or "" then.
+/// GET http://127.0.0.1:PORT/PATH until it answers 200 and `until` holds; "" after kPatience.
 std::string get(int port, const std::string& path, const std::function<bool(const std::string&)>& until = nullptr) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(1, 0);
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (auto res = client.Get(path.c_str()); res && res->status == 200 && (!until || until(res->body))) {
-      return res->body;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return {};
+  return swarmflow::testing::http_get_until(port, path, kPatience, until);
 }
 
 /// The `work` replicas' processed count in a /metrics text (they run on u1).
