@@ -1,5 +1,9 @@
 #include "cli/http_address.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <exception>
 
 namespace swarmflow::cli {
@@ -26,6 +30,25 @@ bool parse_host_port(const std::string& address, const std::string& flag, std::s
     return false;
   }
   return true;
+}
+
+bool port_in_use(const std::string& host, int port) {
+  if (port <= 0) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  // A wildcard address is asked on loopback, where a local listener answers.
+  const std::string where = host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host == "::" ? "::1" : host;
+  if (getaddrinfo(where.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool answered = false;
+  for (addrinfo* a = found; a != nullptr && !answered; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    answered = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return answered;
 }
 
 }  // namespace swarmflow::cli

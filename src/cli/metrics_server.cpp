@@ -41,6 +41,10 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& flag, con
   std::string host;
   int port = -1;
   if (!parse_host_port(address, flag, host, port, error)) return nullptr;
+  if (port_in_use(host, port)) {
+    *error = flag + ": cannot listen on " + address + " (in use)";
+    return nullptr;
+  }
   std::unique_ptr<MetricsServer> s(new MetricsServer());
   Impl* impl = s->impl_.get();
   if (views.metrics) {

@@ -403,6 +403,10 @@ std::unique_ptr<ApiServer> ApiServer::start(const ServeOptions& options, lm::Ser
   std::string host;
   int port = -1;
   if (!parse_host_port(options.address, "--http", host, port, error)) return nullptr;
+  if (port_in_use(host, port)) {
+    *error = "--http: cannot listen on " + options.address + " (in use)";
+    return nullptr;
+  }
   std::unique_ptr<ApiServer> s(new ApiServer());
   Impl* impl = s->impl_.get();
   impl->options = options;

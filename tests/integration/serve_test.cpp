@@ -326,6 +326,19 @@ TEST(Serve, AFileWithoutItsEndsOrAnAddressInUseIsRefused) {
   close(taken);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(slurp(dir.file("b.err")).find("cannot listen"), std::string::npos) << slurp(dir.file("b.err"));
+  // A port another swarmflow server holds too (cpp-httplib binds with
+  // SO_REUSEPORT, which would let the two share it), for --http and --metrics.
+  Server s(dir, {});
+  ASSERT_TRUE(s.up()) << s.err();
+  const std::string held = "127.0.0.1:" + std::to_string(s.port());
+  for (const auto& args : {std::vector<std::string>{"serve", kTokens, "--http", held},
+                           std::vector<std::string>{"serve", kTokens, "--http", "127.0.0.1:0", "--metrics", held}}) {
+    pid_t r = spawn_cli(args, dir.file("c.out"), dir.file("c.err"));
+    const int code = wait_exit_within(r, kPatience);
+    if (code < 0) kill(r, SIGKILL);
+    EXPECT_EQ(code, 2) << slurp(dir.file("c.err"));
+    EXPECT_NE(slurp(dir.file("c.err")).find("(in use)"), std::string::npos) << slurp(dir.file("c.err"));
+  }
 }
 
 }  // namespace
