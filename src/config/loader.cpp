@@ -74,7 +74,8 @@ const std::vector<std::string> kJoinKeys = {"key", "timeout_ms"};
 const std::vector<std::string> kReplicaKeys = {"min", "max"};
 const std::vector<std::string> kQueueKeys = {"capacity", "overflow"};
 const std::vector<std::string> kStagePlacementKeys = {"units", "spread"};
-const std::vector<std::string> kPlacementKeys = {"policy", "rebalance_above", "interval_ms"};
+const std::vector<std::string> kPlacementKeys = {"policy",      "rebalance_above", "interval_ms",
+                                                 "hysteresis",  "sustain_ms",      "cooldown_ms"};
 const std::vector<std::string> kOverflows = {"block", "drop_oldest", "drop_newest"};
 const std::vector<std::string> kPolicies = {"static", "adaptive"};
 
@@ -830,6 +831,7 @@ class Loader {
     }
     decl.replicas = decl.min_replicas = static_cast<int>(*min);
     decl.max_replicas = static_cast<int>(*max);
+    decl.replicas_loc = e.value_loc();
   }
 
   // -- parameters ---
@@ -1103,6 +1105,27 @@ class Loader {
         spec_.placement.interval_ms = static_cast<int>(*interval);
       }
     }
+    if (const Entry* h = entries->find("hysteresis")) {
+      const std::string hint = "how far below rebalance_above a move must leave its target, in [0, 0.5]";
+      auto v = read_number(*h, "'hysteresis'", hint);
+      if (v && (*v < 0 || *v > 0.5)) {
+        report(h->value_loc(), "'hysteresis' must be in [0, 0.5], got " + format_number(*v), hint);
+      } else if (v) {
+        spec_.placement.hysteresis = *v;
+      }
+    }
+    if (const Entry* w = entries->find("sustain_ms")) {
+      if (auto v = read_integer(*w, "'sustain_ms'", 0, 3'600'000,
+                                "how long a condition must hold before anything moves, in milliseconds")) {
+        spec_.placement.sustain_ms = static_cast<int>(*v);
+      }
+    }
+    if (const Entry* c = entries->find("cooldown_ms")) {
+      if (auto v = read_integer(*c, "'cooldown_ms'", 0, 3'600'000,
+                                "how long nothing moves after a move, in milliseconds")) {
+        spec_.placement.cooldown_ms = static_cast<int>(*v);
+      }
+    }
   }
 
   void read_transport(const Entry& e) {
@@ -1262,6 +1285,18 @@ class Loader {
   // -- checks across stages ---
 
   void check_across_stages() {
+    // A range asks for replicas added and removed while the run goes on,
+    // which placement does not do yet (it moves replicas and their keys).
+    for (const auto& s : spec_.stages) {
+      if (s.min_replicas < s.max_replicas) {
+        report(s.replicas_loc,
+               "'replicas' of stage '" + s.id + "' is a range (" + std::to_string(s.min_replicas) + " to " +
+                   std::to_string(s.max_replicas) +
+                   "), but replicas are not added or removed while a run goes on yet",
+               "give `replicas: " + std::to_string(s.min_replicas) +
+                   "`; the adaptive policy moves replicas and their keys between units (docs/placement.md)");
+      }
+    }
     std::vector<Link> links = check_sources();
     check_unconnected();
     check_cycles(links);

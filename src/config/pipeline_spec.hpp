@@ -66,6 +66,7 @@ struct StageDecl {
   int replicas = 1;       ///< initial count
   int min_replicas = 1;   ///< from `replicas: {min, max}`; equal to replicas otherwise
   int max_replicas = 1;
+  SourceLoc replicas_loc;  ///< of the `replicas:` value
   std::vector<ParamDecl> params;
   std::vector<InputDecl> inputs;
   QueueDecl queue;
@@ -97,6 +98,12 @@ struct PlacementDecl {
   std::string policy = "static";
   double rebalance_above = 0.85;
   int interval_ms = 250;
+  /// A move must leave its target below rebalance_above - hysteresis.
+  double hysteresis = 0.10;
+  /// How long a condition must hold before anything moves.
+  int sustain_ms = 500;
+  /// After a move, nothing moves for this long.
+  int cooldown_ms = 1000;
 };
 
 /// `transport:` block: the data plane between units (docs/pipelines.md).

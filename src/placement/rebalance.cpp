@@ -10,9 +10,9 @@ namespace swarmflow::placement {
 PolicySettings PolicySettings::from(const config::PlacementDecl& decl) {
   PolicySettings s;
   s.rebalance_above = decl.rebalance_above;
-  // Hysteresis, sustain and cooldown keep their defaults until the runtime
-  // acts on the policy; then they become `placement:` settings.
-  s.hysteresis = std::min(s.hysteresis, decl.rebalance_above / 2);
+  s.hysteresis = std::min(decl.hysteresis, decl.rebalance_above / 2);
+  s.sustain_ns = static_cast<std::int64_t>(decl.sustain_ms) * 1'000'000;
+  s.cooldown_ns = static_cast<std::int64_t>(decl.cooldown_ms) * 1'000'000;
   return s;
 }
 
@@ -59,9 +59,15 @@ Rebalancer::Rebalancer(const config::PipelineSpec& spec, PolicySettings settings
       backlog_(spec.stages.size()),
       idle_(spec.stages.size()) {}
 
+double Rebalancer::speed(int unit) const {
+  const auto u = static_cast<std::size_t>(unit);
+  if (u < speeds_.size() && speeds_[u] > 0) return speeds_[u];
+  return spec_.units[u].speed;
+}
+
 double Rebalancer::capacity(int unit) const {
   const config::UnitDecl& u = spec_.units[static_cast<std::size_t>(unit)];
-  return std::max(1, u.threads) * std::max(u.speed, 1e-6);
+  return std::max(1, u.threads) * std::max(speed(unit), 1e-6);
 }
 
 bool Rebalancer::allowed(int stage, int unit) const {
@@ -74,17 +80,22 @@ bool Rebalancer::allowed(int stage, int unit) const {
 bool Rebalancer::movable(int stage) const {
   const config::StageDecl& s = spec_.stages[static_cast<std::size_t>(stage)];
   // Sources stay where their data comes from; a stage pinned to one unit stays there.
+  const auto i = static_cast<std::size_t>(stage);
+  if (i < immovable_.size() && immovable_[i] != 0) return false;
   return !s.inputs.empty() && s.pin_units.size() != 1;
 }
 
 double Rebalancer::work(const ReplicaLoadView& r, int unit) const {
-  const double speed = std::max(spec_.units[static_cast<std::size_t>(unit)].speed, 1e-6);
-  return r.arrival_hz * r.service_ns / 1e9 * speed;
+  return r.arrival_hz * r.service_ns / 1e9 * std::max(speed(unit), 1e-6);
 }
 
 std::vector<Move> Rebalancer::decide(const LoadView& view, std::int64_t now) {
   std::vector<Move> moves;
   if (last_move_ns_ != 0 && now - last_move_ns_ < settings_.cooldown_ns) return moves;
+  speeds_.assign(view.units.size(), 0.0);
+  for (std::size_t u = 0; u < view.units.size(); ++u) speeds_[u] = view.units[u].speed;
+  immovable_ = view.immovable;
+  keys_fixed_ = view.keys_fixed;
   // Each unit's load: what it measured (a saturated unit's true demand is
   // more, which the hot rule acts on).
   std::vector<double> load(spec_.units.size(), 0.0);
@@ -92,8 +103,8 @@ std::vector<Move> Rebalancer::decide(const LoadView& view, std::int64_t now) {
     load[u] = std::clamp(view.units[u].utilisation, 0.0, 1.0);
   }
   Move m;
-  if (hot_unit_move(view, load, now, &m) || key_move(view, now, &m) || scale_out(view, load, now, &m) ||
-      scale_in(view, now, &m)) {
+  if (hot_unit_move(view, load, now, &m) || key_move(view, now, &m) ||
+      (view.scaling && (scale_out(view, load, now, &m) || scale_in(view, now, &m)))) {
     moves.push_back(std::move(m));
     last_move_ns_ = now;
     // Every condition has to show again, after the move.
@@ -151,7 +162,9 @@ bool Rebalancer::relieve(const LoadView& view, const std::vector<double>& load, 
     }
     if (best < 0 || best_after >= cool) continue;
     const double source_after = std::max(0.0, load[h] - w / capacity(hottest));
-    if (std::max(best_after, source_after) >= load[h]) continue;
+    // Worth it only if the hotter of the two ends cooler by the hysteresis:
+    // a replica that keeps a whole unit busy gains nothing by moving.
+    if (std::max(best_after, source_after) > load[h] - settings_.hysteresis) continue;
     out->kind = MoveKind::move_replica;
     out->stage = r->stage;
     out->replica = r->replica;
@@ -168,7 +181,7 @@ bool Rebalancer::key_move(const LoadView& view, std::int64_t now, Move* out) {
   for (std::size_t s = 0; s < spec_.stages.size() && s < view.unit_of.size(); ++s) {
     const config::StageDecl& stage = spec_.stages[s];
     const std::size_t n = view.unit_of[s].size();
-    if (!stage.keyed || n < 2) {
+    if (!stage.keyed || stage.fanout_all || n < 2 || (s < keys_fixed_.size() && keys_fixed_[s] != 0)) {
       uneven_[s].at = 0;
       continue;
     }

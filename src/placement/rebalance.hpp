@@ -13,9 +13,9 @@
 
 namespace swarmflow::placement {
 
-/// The policy's knobs. `rebalance_above` comes from `placement:` in the
-/// pipeline file; the others have their defaults until the runtime applies
-/// the policy's moves (docs/placement.md).
+/// The policy's knobs, from `placement:` in the pipeline file
+/// (docs/placement.md); `key_imbalance`, `scale_in_below` and
+/// `backlog_fraction` are fixed.
 struct PolicySettings {
   /// A unit busier than this (its worker threads' busy fraction) is hot.
   double rebalance_above = 0.85;
@@ -39,6 +39,7 @@ struct PolicySettings {
   /// backlog (work waiting).
   double backlog_fraction = 0.5;
 
+  /// From `placement:` in the pipeline file.
   static PolicySettings from(const config::PlacementDecl& decl);
 };
 
@@ -62,6 +63,7 @@ struct ReplicaLoadView {
 struct UnitLoadView {
   double utilisation = 0;  ///< busy fraction of its worker threads, 0..1
   bool usable = true;      ///< alive and taking work
+  double speed = 0;        ///< its speed factor now (`scenario:`); 0: as declared
 };
 
 /// The cluster as the coordinator sees it at one moment.
@@ -69,6 +71,14 @@ struct LoadView {
   std::vector<UnitLoadView> units;        ///< by unit index
   std::vector<std::vector<int>> unit_of;  ///< [stage][replica]: unit (negative: none)
   std::vector<ReplicaLoadView> replicas;
+  /// By stage: the runtime cannot move its replicas (a stage in a cycle, a
+  /// sink that keeps no state it could hand over). Empty: none.
+  std::vector<char> immovable;
+  /// By stage: its keys cannot go to other replicas (a stateful stage, or
+  /// more keys than are measured). Empty: none.
+  std::vector<char> keys_fixed;
+  /// Whether replicas may be added and removed.
+  bool scaling = true;
 };
 
 enum class MoveKind { move_replica, add_replica, remove_replica, reassign_keys };
@@ -133,6 +143,7 @@ class Rebalancer {
   };
 
   double capacity(int unit) const;
+  double speed(int unit) const;
   bool allowed(int stage, int unit) const;
   bool movable(int stage) const;
   /// A replica's work in nominal-thread busy fraction (speed-independent).
@@ -152,6 +163,10 @@ class Rebalancer {
   std::vector<Since> backlog_;    ///< by stage
   std::vector<Since> idle_;       ///< by stage
   std::int64_t last_move_ns_ = 0;
+  // Of the view being decided on.
+  std::vector<double> speeds_;
+  std::vector<char> immovable_;
+  std::vector<char> keys_fixed_;
 };
 
 /// Keys assigned to replicas by load, largest first to the replica with the

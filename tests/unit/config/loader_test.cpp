@@ -159,7 +159,7 @@ stages:
     placement: {units: [edge]}
   - id: detect
     type: sim.work
-    replicas: {min: 2, max: 8}
+    replicas: {min: 2, max: 2}
     inputs: {in: camera/out}
     queue: {capacity: 4, overflow: drop_oldest}
     key: stream
@@ -205,7 +205,7 @@ placement: {policy: adaptive, rebalance_above: 0.9, interval_ms: 100}
   const auto& detect = spec->stages[1];
   EXPECT_EQ(detect.replicas, 2);
   EXPECT_EQ(detect.min_replicas, 2);
-  EXPECT_EQ(detect.max_replicas, 8);
+  EXPECT_EQ(detect.max_replicas, 2);
   ASSERT_EQ(detect.inputs.size(), 1U);
   EXPECT_EQ(detect.inputs[0].port, "in");
   EXPECT_EQ(detect.inputs[0].from_stage, "camera");
@@ -687,6 +687,28 @@ placement: {policy: dynamic, rebalance_above: 1.5, interval_ms: 0}
   EXPECT_TRUE(contains(diagnostics_[2].message, "'interval_ms' must be between 1 and"));
 }
 
+TEST_F(LoaderTest, PlacementPolicySettings) {
+  auto spec = load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+placement: {policy: adaptive, hysteresis: 0.05, sustain_ms: 200, cooldown_ms: 3000}
+)");
+  ASSERT_TRUE(spec.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_DOUBLE_EQ(spec->placement.hysteresis, 0.05);
+  EXPECT_EQ(spec->placement.sustain_ms, 200);
+  EXPECT_EQ(spec->placement.cooldown_ms, 3000);
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+placement: {hysteresis: 0.6, sustain_ms: -1, cooldown_ms: soon}
+)");
+  ASSERT_EQ(diagnostics_.size(), 3U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 25);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "'hysteresis' must be in [0, 0.5]"));
+  EXPECT_AT(diagnostics_[1], 4, 42);
+  EXPECT_AT(diagnostics_[2], 4, 59);
+}
+
 TEST_F(LoaderTest, TransportSettings) {
   auto defaults = load("pipeline: t\nstages:\n  - {id: source, type: sim.source}\n");
   ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);
@@ -942,6 +964,18 @@ stages:
 )");
   EXPECT_AT(d, 5, 29);
   EXPECT_TRUE(contains(d.message, "min 4 above max 2")) << d.to_string();
+}
+
+TEST_F(LoaderTest, AReplicaRangeIsRefusedUntilReplicasAreAddedAndRemoved) {
+  auto d = only_error(R"(pipeline: t
+stages:
+  - id: source
+    type: sim.source
+    replicas: {min: 2, max: 8}
+)");
+  EXPECT_AT(d, 5, 15);
+  EXPECT_TRUE(contains(d.message, "'replicas' of stage 'source' is a range (2 to 8)")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "replicas: 2")) << d.to_string();
 }
 
 TEST_F(LoaderTest, ReplicasMustBeANumber) {

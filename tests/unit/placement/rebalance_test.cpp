@@ -157,6 +157,21 @@ TEST(Rebalance, AUnitSlowedMidRunIsRelievedAndThroughputComesBack) {
   EXPECT_LE(m.moves, 2);
 }
 
+TEST(Rebalance, AReplicaThatKeepsItsUnitBusyStaysWhenItsFiguresWobble) {
+  // Balanced at 2000/s on u1..u4, u0 idle: every replica keeps its unit
+  // busy, so moving one to u0 relieves nothing. Measured arrival rates
+  // wobble by up to 8% (a real unit's figures do); nothing moves in 60 s.
+  Model m(units({1, 1, 1, 1, 1}), 4, 8, {1, 2, 3, 4});
+  Rebalancer policy(m.spec, PolicySettings{});
+  m.step();
+  for (std::int64_t t = 0; t < 60'000 * kMs; t += 250 * kMs) {
+    LoadView v = m.view();
+    for (auto& r : v.replicas) r.arrival_hz *= 1.0 - 0.02 * static_cast<double>((t / (250 * kMs) + r.replica) % 5);
+    for (const Move& mv : policy.decide(v, t)) m.apply(mv);
+  }
+  EXPECT_EQ(m.moves, 0);
+}
+
 TEST(Rebalance, KeysHashedUnevenlyAreReassignedByTheirLoad) {
   // 8 keys over 4 replicas as 3/1/2/2: the replica with 3 paces all (1333/s).
   Model m(units({1, 1, 1, 1}), 4, 8, {0, 1, 2, 3});
