@@ -192,6 +192,27 @@ struct FailoverReport {
   std::vector<std::string> lost_why;
 };
 
+/// One change of placement made while the run went on (`placement: {policy:
+/// adaptive}`, or Runtime::move_replica): docs/placement.md.
+struct MoveReport {
+  double at_s = 0;          ///< when it began, in seconds since the run started
+  std::string kind;         ///< "move" (a replica to another unit) or "keys" (keys to other replicas)
+  std::string stage;
+  int replica = 0;          ///< the replica moved, or the one whose keys were handed on
+  std::string from;         ///< its unit before
+  std::string to;           ///< its unit after (the same for "keys")
+  std::string why;          ///< what the policy saw
+  std::uint32_t epoch = 0;  ///< the placement epoch that completed it
+  /// From the start of its drain to its successor taking work, in ms.
+  double drain_ms = 0;
+  std::uint64_t keys = 0;   ///< keys handed to other replicas ("keys")
+  /// End-to-end latency p99 at the sinks (ms) in the interval before the
+  /// move, and from its start to one interval after it completed; -1 when
+  /// no envelope reached a sink then.
+  double latency_p99_before_ms = -1;
+  double latency_p99_around_ms = -1;
+};
+
 /// One voter (a `consensus.vote` stage), its replicas summed.
 struct ConsensusReport {
   std::string stage;
@@ -225,6 +246,8 @@ struct RunReport {
   std::vector<UnitReport> units;
   CoordinatorReport coordinator;
   std::vector<FailoverReport> failovers;
+  /// Changes of placement made during the run, in order.
+  std::vector<MoveReport> moves;
   /// Every voter, in the order of the stages.
   std::vector<ConsensusReport> consensus;
   /// Every replica, stage by stage (figures of replicas in other processes

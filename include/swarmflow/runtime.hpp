@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <memory>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <swarmflow/envelope.hpp>
@@ -106,6 +108,24 @@ class Runtime {
   Status leave();
   /// Blocks until the run has ended; returns its status.
   Status wait();
+
+  // -- placement while the run goes on (docs/placement.md) ----------------
+  /// Sets a unit's speed factor from now on (as `scenario:` does at given
+  /// times): `sim.*` stages there take 1/speed as long. A unit of this
+  /// process; after start. Safe from any thread.
+  Status set_unit_speed(const std::string& unit, double speed);
+  /// Moves replica `replica` of `stage` to `unit`, without losing,
+  /// repeating or reordering anything (it drains first). Queued behind any
+  /// move under way; refused when it cannot be made (a source, a stage in a
+  /// cycle, a sink without state, a unit its placement.units excludes).
+  /// Every unit in this process; after start. Safe from any thread.
+  Status move_replica(const std::string& stage, int replica, const std::string& unit);
+  /// Gives keys of keyed `stage` to other replicas: (key, replica) pairs.
+  /// Each replica that gives keys away drains first, so each key's order
+  /// holds. Refused for a stage that keeps state per replica.
+  Status reassign_keys(const std::string& stage, const std::vector<std::pair<std::uint64_t, int>>& keys);
+  /// Moves completed so far (asked for, or the adaptive policy's).
+  std::uint64_t moves_completed() const;
   /// `start` then `wait`.
   Status run();
 

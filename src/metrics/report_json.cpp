@@ -188,6 +188,24 @@ std::string RunReport::to_json() const {
     failovers_j.push_back(std::move(fj));
   }
   j["failovers"] = std::move(failovers_j);
+  Json moves_j = Json::array();
+  for (const MoveReport& m : moves) {
+    Json mj = Json::object();
+    mj["at_s"] = m.at_s;
+    mj["kind"] = m.kind;
+    mj["stage"] = m.stage;
+    mj["replica"] = m.replica;
+    mj["from"] = m.from;
+    mj["to"] = m.to;
+    mj["why"] = m.why;
+    mj["epoch"] = m.epoch;
+    mj["drain_ms"] = m.drain_ms;
+    mj["keys"] = m.keys;
+    mj["latency_p99_before_ms"] = m.latency_p99_before_ms >= 0 ? Json(m.latency_p99_before_ms) : Json(nullptr);
+    mj["latency_p99_around_ms"] = m.latency_p99_around_ms >= 0 ? Json(m.latency_p99_around_ms) : Json(nullptr);
+    moves_j.push_back(std::move(mj));
+  }
+  j["moves"] = std::move(moves_j);
   Json consensus_j = Json::object();
   for (const ConsensusReport& c : consensus) {
     Json cj = Json::object();

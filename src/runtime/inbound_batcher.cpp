@@ -38,7 +38,8 @@ void InboundBatcher::add(transport::Inbound&& in) {
     return;  // not hosted here; the transport counted it as received
   }
   const auto& h = in.header;
-  const bool ack = in.destination.kind == transport::FrameKind::ack;
+  const bool ack =
+      in.destination.kind == transport::FrameKind::ack || in.destination.kind == transport::FrameKind::drained;
   if (in.sender >= 0 && !(ack ? from_its_consumer(*run, in) : from_its_producer(*run, in))) {
     // From a unit that no longer hosts the replica that sent it (fenced,
     // or late): its work is its replacement's now. A stale ack would
@@ -72,6 +73,13 @@ void InboundBatcher::add(transport::Inbound&& in) {
     case transport::FrameKind::eos:
       send(batch_for(target, h.edge, h.from_replica));
       caf::anon_send(target, eos_atom::value, h.edge, h.from_replica);
+      break;
+    case transport::FrameKind::drain:
+      send(batch_for(target, h.edge, h.from_replica));  // the mark follows the envelopes
+      caf::anon_send(target, drain_atom::value, h.edge, h.from_replica);
+      break;
+    case transport::FrameKind::drained:
+      caf::anon_send(target, drained_atom::value, h.edge, h.from_replica);
       break;
   }
 }
@@ -107,9 +115,13 @@ bool InboundBatcher::from_its_producer(const RunState& run, const transport::Inb
 bool InboundBatcher::from_its_consumer(const RunState& run, const transport::Inbound& in) const {
   const auto edge = static_cast<std::size_t>(in.header.edge);
   if (edge >= run.graph.edges.size()) return false;
-  const auto& consumers = table_->unit_of[static_cast<std::size_t>(run.graph.edges[edge].to_node)];
+  const int to = run.graph.edges[edge].to_node;
+  const auto& consumers = table_->unit_of[static_cast<std::size_t>(to)];
   const auto from = static_cast<std::size_t>(in.header.from_replica);
-  return from < consumers.size() && consumers[from] == in.sender;
+  if (from >= consumers.size()) return false;
+  // A replica that drained for a move sends its last acks and its drained
+  // mark from where it was; they may arrive after its new placement.
+  return consumers[from] == in.sender || table_->drained_on(to, static_cast<int>(from), in.sender);
 }
 
 bool InboundBatcher::sent_by_producer(const RunState& run, const transport::Inbound& in) const {

@@ -31,6 +31,10 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using wake_atom = caf::atom_constant<caf::atom("wake")>;
 /// (shared_ptr<const RoutingTable>): a new placement is in force
 using placement_atom = caf::atom_constant<caf::atom("placement")>;
+/// (edge, producer replica): a producer sends this draining replica nothing more
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+/// (edge, consumer replica): a drained consumer replica owes this producer nothing more
+using drained_atom = caf::atom_constant<caf::atom("drained")>;
 /// (uint64 id): the replica's snapshot `id` is stored off the unit
 using stored_atom = caf::atom_constant<caf::atom("stored")>;
 

@@ -112,8 +112,14 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
                            EdgeRouter(downstream, edge.capacity, edge.overflow, edge.keyed, edge.key, retain),
                            setup_.out_stats[static_cast<std::size_t>(e)],
                            std::vector<bool>(static_cast<std::size_t>(downstream), false),
+                           std::vector<bool>(static_cast<std::size_t>(downstream), false),
+                           std::vector<std::uint8_t>(static_cast<std::size_t>(downstream), 0),
                            std::vector<bool>(static_cast<std::size_t>(downstream), false)});
     out_.back().router.set_fanout(edge.fanout_all);
+    if (setup_.successor && out_.back().stats != nullptr) {
+      const EdgeSideStats& st = *out_.back().stats;
+      out_.back().router.carry_counts(st.sent.load(), st.dropped.load(), st.too_large.load(), st.replayed.load());
+    }
     if (static_cast<std::size_t>(e) < setup_.remote_consumers.size()) {
       out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
                                     setup_.max_remote_payload_bytes);
@@ -208,6 +214,8 @@ void ReplicaCore::stop_source() {
 }
 
 void ReplicaCore::end_event() {
+  if (draining_ && !drained_) check_drained();
+  if (drained_) return;
   // A blocked replica is woken by what unblocks it (an ack, the backoff).
   if (wake_at_ > 0 && !blocked()) schedule_wake();
   maybe_snapshot(false);
@@ -238,8 +246,19 @@ void ReplicaCore::start() {
     fail_permanently("stage '" + decl().id + "' failed to start: " + s.message());
   } else if (setup_.restore && !restore_state()) {
     stop_stage();
+  } else if (!source_) {
+    // A stage is stateful when it can snapshot its state: it hands it over
+    // when it moves, and snapshots for failover where a coordinator keeps them.
+    std::string probe;
+    try {
+      can_snapshot_ = stage_->snapshot(probe);
+    } catch (...) {
+      can_snapshot_ = false;
+    }
+    setup_.stats->stateful.store(can_snapshot_, std::memory_order_relaxed);
+    stateful_ = can_snapshot_ && setup_.snapshot_every > 0;
+    snapshot_ns_ = setup_.clock();
   } else if (setup_.snapshot_every > 0) {
-    // A stage is stateful when it can snapshot its state.
     std::string probe;
     try {
       stateful_ = stage_->snapshot(probe);
@@ -248,6 +267,7 @@ void ReplicaCore::start() {
     }
     snapshot_ns_ = setup_.clock();
   }
+  key_figures_ = !source_ && decl().keyed && !decl().fanout_all && decl().max_replicas > 1;
   started_ = true;
   resume();
   end_event();
@@ -306,6 +326,8 @@ void ReplicaCore::resume() {
 
 void ReplicaCore::maybe_finish() {
   if (finished_ || !started_) return;
+  // A draining replica hands over instead; its successor gets the marks again.
+  if (draining_) return;
   const bool inputs_done = source_ ? source_done_ : eos_remaining_ == 0;
   if (inputs_done && !joins_.empty() && !blocked()) expire_joins(0, true);
   if (!inputs_done || !queue_.empty() || !joins_.empty() || any_waiting() || backoff_) return;
@@ -363,12 +385,37 @@ void ReplicaCore::send_due_marks() {
 // -- placement changes --------------------------------------------------
 
 void ReplicaCore::placement_changed(const PlacementChange& change) {
+  if (drained_) return;  // its successor runs the stage now
   for (auto& out : out_) {
     const auto e = static_cast<std::size_t>(out.edge);
     if (e < change.remote_consumers.size() && !change.remote_consumers[e].empty()) {
       out.router.set_remote(change.remote_consumers[e], setup_.max_remote_payload_bytes);
     }
   }
+  for (const auto& [edge, keys] : change.key_maps) {
+    if (OutEdge* out = out_edge(edge)) out->router.set_key_map(keys);
+  }
+  for (const auto& [edge, replica] : change.draining_consumers) {
+    OutEdge* out = out_edge(edge);
+    if (out == nullptr || replica < 0 || replica >= out->consumers) continue;
+    const auto r = static_cast<std::size_t>(replica);
+    out->router.pause(replica);
+    out->handover[r] = kPaused;
+    // An end of stream sent already is its mark.
+    if (!out->eos_sent[r]) effects_.drain_mark(out->to_node, replica, out->edge);
+  }
+  for (const auto& [edge, replica] : change.handed_over_consumers) {
+    OutEdge* out = out_edge(edge);
+    if (out == nullptr || replica < 0 || replica >= out->consumers) continue;
+    const auto r = static_cast<std::size_t>(replica);
+    const auto e = static_cast<std::size_t>(edge);
+    if ((out->handover[r] & kPaused) == 0) continue;
+    out->handover[r] |= kSwitched;
+    out->handover_remote[r] =
+        e < change.remote_consumers.size() && r < change.remote_consumers[e].size() && change.remote_consumers[e][r];
+    maybe_resume_consumer(*out, replica);
+  }
+  if (change.drain) draining_ = true;
   for (const auto& [edge, replica] : change.moved_consumers) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) continue;
     const int index = out_index_[static_cast<std::size_t>(edge)];
@@ -425,6 +472,133 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     resume();
   }
   end_event();
+}
+
+// -- moves ----------------------------------------------------------------
+//
+// A move drains a replica before its work goes elsewhere: its producers stop
+// sending it anything (drain marks follow their last envelope), it does all
+// it was sent, its outputs are accepted and released downstream, and it
+// returns every credit and release. Then it hands its state over (drained)
+// and tells its producers (drained marks after its last acks); each takes
+// the replica up again at its new placement, or sends its keys to their new
+// replicas, once it has both the mark and the new placement. Nothing is in
+// flight to or from the old replica then, so nothing is lost or sent twice,
+// and a key's envelopes are processed in the order they were sent.
+
+ReplicaCore::OutEdge* ReplicaCore::out_edge(int edge) {
+  if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) return nullptr;
+  const int index = out_index_[static_cast<std::size_t>(edge)];
+  return index < 0 ? nullptr : &out_[static_cast<std::size_t>(index)];
+}
+
+void ReplicaCore::maybe_resume_consumer(OutEdge& out, int replica) {
+  const auto r = static_cast<std::size_t>(replica);
+  if (out.handover[r] != (kPaused | kMarkIn | kSwitched)) return;
+  out.handover[r] = 0;
+  dispatches_.clear();
+  out.router.resume(replica, out.handover_remote[r], dispatches_);
+  send_dispatches(out);
+  // Its successor has not seen the end of stream the drained one had.
+  if (out.eos_sent[r]) {
+    out.eos_sent[r] = false;
+    out.eos_due[r] = true;
+  }
+  if (finished_) {
+    send_due_marks();
+  } else if (!blocked()) {
+    resume();
+  }
+}
+
+void ReplicaCore::drain_mark(int edge, int from) {
+  if (edge >= 0 && static_cast<std::size_t>(edge) < in_index_.size()) {
+    const int index = in_index_[static_cast<std::size_t>(edge)];
+    if (index >= 0 && from >= 0 &&
+        static_cast<std::size_t>(from) < in_[static_cast<std::size_t>(index)].upstream.size()) {
+      in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)].marked = true;
+    }
+  }
+  end_event();
+}
+
+void ReplicaCore::drained_mark(int edge, int replica) {
+  OutEdge* out = out_edge(edge);
+  if (out != nullptr && replica >= 0 && replica < out->consumers &&
+      (out->handover[static_cast<std::size_t>(replica)] & kPaused) != 0) {
+    out->handover[static_cast<std::size_t>(replica)] |= kMarkIn;
+    maybe_resume_consumer(*out, replica);
+  }
+  end_event();
+}
+
+void ReplicaCore::check_drained() {
+  if (!started_ || drained_) return;
+  for (const auto& in : in_) {
+    if (in.feedback) continue;
+    for (const auto& up : in.upstream) {
+      if (!up.marked && !up.ended) return;
+    }
+  }
+  if (!queue_.empty() || !joins_.empty() || wake_at_ > 0 || backoff_ || !snapshots_pending_.empty()) return;
+  for (const auto& out : out_) {
+    if (out.router.waiting() > 0 || out.router.retained() > 0) return;
+    for (bool due : out.eos_due) {
+      if (due) return;
+    }
+  }
+  // Everything made was accepted and released downstream: every input is
+  // released now, and the producers get it before the drained marks.
+  settle_ledger();
+  if (ledger_count_ > 0) return;
+  for (auto& in : in_) flush_acks(in, true);
+  drained_ = true;
+  ReplicaSnapshot handover;
+  handover.handover = true;
+  if (stage_ && can_snapshot_) {
+    try {
+      if (!stage_->snapshot(handover.state)) handover.state.clear();
+    } catch (const std::exception& ex) {
+      log(std::string("snapshot() threw while handing over: ") + ex.what());
+    } catch (...) {
+      log("snapshot() threw while handing over");
+    }
+  }
+  handover.processed = setup_.stats->processed.load(std::memory_order_relaxed);
+  for (const auto& [name, value] : setup_.stats->counters()) handover.counters.emplace_back(name, value);
+  flush_key_figures();
+  // Its successor runs the stage from here; this instance just goes.
+  stage_.reset();
+  effects_.drained(std::move(handover));
+  for (const auto& in : in_) {
+    const int from_node = (*setup_.graph).edges[static_cast<std::size_t>(in.edge)].from_node;
+    for (std::size_t f = 0; f < in.upstream.size(); ++f) effects_.drained_mark(from_node, static_cast<int>(f), in.edge);
+  }
+}
+
+void ReplicaCore::record_key(const EnvelopeHeader& h, std::int64_t ns, std::int64_t now) {
+  std::uint64_t key = h.stream;
+  if (decl().key == config::KeyField::part_id) key = h.part_id;
+  if (decl().key == config::KeyField::seq) key = h.seq;
+  auto it = key_busy_.find(key);
+  if (it != key_busy_.end()) {
+    it->second += ns;
+  } else if (key_busy_.size() < kTrackedKeys) {
+    key_busy_.emplace(key, ns);
+  } else {
+    key_overflow_ = true;
+  }
+  // Published often enough for the policy's interval, seldom enough to cost nothing.
+  if (++key_steps_ % 64 == 0 || now - key_published_ns_ >= 50'000'000) flush_key_figures();
+}
+
+void ReplicaCore::flush_key_figures() {
+  if (!key_figures_) return;
+  ReplicaStats::KeyFigures figures;
+  figures.busy_ns.assign(key_busy_.begin(), key_busy_.end());
+  figures.overflow = key_overflow_;
+  setup_.stats->publish_keys(std::move(figures));
+  key_published_ns_ = setup_.clock();
 }
 
 void ReplicaCore::expect_duplicates(Upstream& up, std::uint32_t epoch) {
@@ -622,6 +796,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   setup_.stats->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   setup_.stats->record_service(t1 - t0);
   setup_.stats->service_ns.store(static_cast<std::int64_t>(service_ns_), std::memory_order_relaxed);
+  if (key_figures_) record_key(item.envelope.header(), t1 - t0, t1);
   if (sink_) setup_.stats->record_latency(t1 - item.envelope.header().capture_ns);
   if (setup_.hop_figures || setup_.trace != nullptr) {
     EdgeSideStats* in_stats = setup_.hop_figures ? in_[static_cast<std::size_t>(item.in)].stats : nullptr;
@@ -1027,13 +1202,15 @@ bool ReplicaCore::restore_state() {
   }
   if (!s.ok()) {
     fail_permanently("stage '" + decl().id + "' replica " + std::to_string(setup_.replica) +
-                     " could not restore its state after a failover: " + s.message());
+                     " could not restore its state after " + (snapshot.handover ? "a move: " : "a failover: ") +
+                     s.message());
     return false;
   }
   // Work in hand it took over goes on (a call it asked for in restore).
   if (!source_) take_wake_request();
   setup_.stats->processed.store(snapshot.processed, std::memory_order_relaxed);
   for (const auto& [name, value] : snapshot.counters) setup_.stats->counter(name).store(value, std::memory_order_relaxed);
+  if (snapshot.handover) return true;  // nothing lost: nothing comes again
   for (const auto& seen : snapshot.seen) {
     if (seen.edge < 0 || static_cast<std::size_t>(seen.edge) >= in_index_.size()) continue;
     const int index = in_index_[static_cast<std::size_t>(seen.edge)];

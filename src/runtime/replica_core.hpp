@@ -52,6 +52,19 @@ class ReplicaEffects {
   /// Keeps `snapshot` off this unit; `ReplicaCore::snapshot_stored(id)`
   /// follows once it is (only then are the inputs it covers released).
   virtual void snapshot(ReplicaSnapshot&& snapshot) = 0;
+
+  // -- moves (docs/placement.md "What a move guarantees")
+  /// Tells consumer replica `replica` of `node`, draining for a move, that
+  /// this replica sends it nothing more on `edge` (after all it sent).
+  virtual void drain_mark(int /*node*/, int /*replica*/, int /*edge*/) {}
+  /// Tells producer replica `replica` of `node` that this replica, drained,
+  /// has returned every credit and release it owed it on `edge`.
+  virtual void drained_mark(int /*node*/, int /*replica*/, int /*edge*/) {}
+  /// This replica has drained: everything it was sent is processed, its
+  /// outputs accepted and released downstream, its acks sent. `handover`
+  /// (its stage's state, if it keeps one, and its counters) is what its
+  /// successor starts from. Nothing happens in it after this.
+  virtual void drained(ReplicaSnapshot&& /*handover*/) {}
 };
 
 /// What a replica needs to know of the run; all of it outlives the replica.
@@ -84,6 +97,9 @@ struct ReplicaSetup {
   /// The state to start from: the latest snapshot of this replica where it
   /// ran before (a failover), or null.
   std::shared_ptr<const ReplicaSnapshot> restore;
+  /// It follows a replica that drained for a move in this process: its
+  /// figures go on from that one's.
+  bool successor = false;
   /// The placement epoch the replica starts in (a restored one counts the
   /// duplicates its restore leads to under that failover).
   std::uint32_t epoch = 0;
@@ -106,6 +122,17 @@ struct PlacementChange {
   /// In-edges' producer replicas gone for good (a source on a dead unit): they
   /// count as ended.
   std::vector<std::pair<int, int>> lost_producers;
+  /// Out-edges' consumer replicas that now drain for a move (edge, replica):
+  /// nothing new goes to them, and they are told so (drain_mark).
+  std::vector<std::pair<int, int>> draining_consumers;
+  /// Out-edges' consumer replicas that drained and took up their new
+  /// placement (a clean hand-over): they take work again there once their
+  /// drained mark has come.
+  std::vector<std::pair<int, int>> handed_over_consumers;
+  /// Out-edges whose consumer's keys were placed anew (edge, key map).
+  std::vector<std::pair<int, std::shared_ptr<const KeyMap>>> key_maps;
+  /// This replica drains for a move.
+  bool drain = false;
   /// The placement epoch it starts (its failover): what it replays and the
   /// duplicates it leads to are counted as `failover.<epoch>.replayed` and
   /// `failover.<epoch>.duplicates` in the replica's counters.
@@ -140,6 +167,10 @@ class ReplicaCore final : public StageContext {
   void tick(int kind);
   /// A source ends its stream now.
   void stop_source();
+  /// Producer replica `from` on `edge` sends this (draining) replica nothing more.
+  void drain_mark(int edge, int from);
+  /// Consumer replica `replica` on out-edge `edge`, drained, owes nothing more.
+  void drained_mark(int edge, int replica);
   /// Snapshot `id` (and every one before it) is stored off the unit: the
   /// inputs it covers may be released.
   void snapshot_stored(std::uint64_t id);
@@ -150,6 +181,9 @@ class ReplicaCore final : public StageContext {
 
   /// The stage is done: its inputs ended, it is stopped, its marks are sent.
   bool has_finished() const { return finished_; }
+  /// Draining for a move, and whether it has drained (handed over).
+  bool draining() const { return draining_; }
+  bool has_drained() const { return drained_; }
   /// `ReplicaEffects::finished()` was called: the stage is done and every
   /// consumer released everything it was sent, so nothing is left to replay.
   bool has_left() const { return left_; }
@@ -210,6 +244,7 @@ class ReplicaCore final : public StageContext {
     std::size_t filled = 0;
     std::uint32_t generation = 0;  ///< bumped each time the producer is placed anew
     bool ended = false;            ///< its end of stream has counted
+    bool marked = false;           ///< draining: it sends this replica nothing more
     std::unique_ptr<Dedup> dedup;  ///< while its new incarnation may send duplicates
   };
   struct InEdge {
@@ -231,7 +266,12 @@ class ReplicaCore final : public StageContext {
     EdgeSideStats* stats;
     std::vector<bool> eos_sent;  ///< per consumer replica: the mark went to its current placement
     std::vector<bool> eos_due;   ///< per consumer replica: the mark is to follow its replay
+    /// Per consumer replica: a move under way (kPaused, kMarkIn, kSwitched).
+    std::vector<std::uint8_t> handover;
+    std::vector<bool> handover_remote;  ///< its new placement is on another unit
   };
+  /// OutEdge::handover bits: paused; its drained mark came; its new placement is known.
+  static constexpr std::uint8_t kPaused = 1, kMarkIn = 2, kSwitched = 4;
   struct Item {
     int in;    ///< index into in_
     int from;  ///< upstream replica
@@ -335,6 +375,18 @@ class ReplicaCore final : public StageContext {
   /// outputs have room.
   void wake();
 
+  // -- moves
+  OutEdge* out_edge(int edge);
+  /// A paused consumer replica takes work again once it drained and its new placement is known.
+  void maybe_resume_consumer(OutEdge& out, int replica);
+  /// Hands over once a draining replica has done everything it was sent.
+  void check_drained();
+  /// Adds a processed envelope's time to its key's (a keyed stage with replicas).
+  void record_key(const EnvelopeHeader& h, std::int64_t ns, std::int64_t now);
+  void flush_key_figures();
+  /// Keys whose time one replica tracks; past this its keys are not reassigned.
+  static constexpr std::size_t kTrackedKeys = 1024;
+
   // -- sources
   void schedule_pull(std::int64_t at_ns);
   void pull();
@@ -393,6 +445,17 @@ class ReplicaCore final : public StageContext {
   double service_ns_ = 0;
   std::int64_t last_log_ns_ = 0;
   std::uint64_t suppressed_logs_ = 0;
+
+  // -- moves
+  bool draining_ = false;
+  bool drained_ = false;
+  bool can_snapshot_ = false;  ///< its stage's snapshot() returned true at start
+  /// A keyed stage with replicas measures each key's time (KeyFigures).
+  bool key_figures_ = false;
+  std::unordered_map<std::uint64_t, std::int64_t> key_busy_;
+  std::uint64_t key_steps_ = 0;
+  bool key_overflow_ = false;
+  std::int64_t key_published_ns_ = 0;
 
   // -- snapshots
   bool stateful_ = false;

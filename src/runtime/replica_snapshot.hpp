@@ -28,6 +28,9 @@ struct ReplicaSnapshot {
     std::vector<std::uint64_t> seqs;
   };
   std::vector<Seen> seen;
+  /// Handed over by a drained replica to its successor (a move): nothing
+  /// was lost, so nothing is replayed and no duplicate is expected.
+  bool handover = false;
 
   std::size_t bytes() const {
     std::size_t n = state.size();

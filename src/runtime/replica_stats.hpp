@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <swarmflow/report.hpp>
 
@@ -44,6 +46,23 @@ struct ReplicaStats {
   /// Arrival -> end of step, per envelope (hop_figures.hpp).
   SharedLatency residence;
 
+  /// A keyed stage's time per key, cumulative (placement's key loads). Its
+  /// replica publishes it every so often; readers copy it.
+  struct KeyFigures {
+    std::vector<std::pair<std::uint64_t, std::int64_t>> busy_ns;  ///< (key, time in its steps)
+    bool overflow = false;  ///< more keys than are tracked: not reassignable
+  };
+  void publish_keys(KeyFigures figures) {
+    std::lock_guard<std::mutex> lock(keys_mutex_);
+    keys_ = std::move(figures);
+  }
+  KeyFigures keys() const {
+    std::lock_guard<std::mutex> lock(keys_mutex_);
+    return keys_;
+  }
+  /// Its stage keeps a state it can hand over (snapshot() returned true).
+  std::atomic<bool> stateful{false};
+
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;
   void record_latency(std::int64_t ns);
@@ -52,6 +71,8 @@ struct ReplicaStats {
 
  private:
   mutable std::mutex mutex_;
+  mutable std::mutex keys_mutex_;
+  KeyFigures keys_;
   std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>, std::less<>> counters_;
   metrics::LatencyHistogram latency_;
 };

@@ -204,6 +204,7 @@ RunReport build_report(const RunState& run) {
     }
   }
   r.failovers = run.failovers();
+  r.moves = run.moves();
   // Each failover's replays and duplicates, counted by the replicas as
   // failover.<epoch>.replayed / .duplicates, go to that failover.
   for (auto& s : r.stages) {

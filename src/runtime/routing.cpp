@@ -86,6 +86,7 @@ EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bo
       retention_limit_(retain > 0 ? retain : runtime::retention_limit(capacity)) {
   for (auto& v : views_) v.credits = capacity_;
   fixed_waiting_.assign(views_.size(), 0);
+  paused_.assign(views_.size(), 0);
 }
 
 std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
@@ -100,15 +101,24 @@ std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
 const std::vector<ReplicaView>& EdgeRouter::restricted_views(bool exclude_fixed) {
   scratch_ = views_;
   for (std::size_t i = 0; i < scratch_.size(); ++i) {
-    if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_ || !replay_[i].empty()) {
+    if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_ || !replay_[i].empty() ||
+        paused_[i] != 0) {
       scratch_[i].credits = 0;
     }
   }
   return scratch_;
 }
 
+int EdgeRouter::replica_for_key(std::uint64_t key) const {
+  if (key_map_) {
+    const auto it = key_map_->find(key);
+    if (it != key_map_->end() && it->second >= 0 && it->second < static_cast<int>(views_.size())) return it->second;
+  }
+  return ring_.replica_for(key);
+}
+
 int EdgeRouter::choose(const Envelope& e) {
-  if (keyed_) return ring_.replica_for(key_of(e));
+  if (keyed_) return replica_for_key(key_of(e));
   const int pick = pick_least_delay(usable_views(false), capacity_, next_start_);
   if (pick >= 0) next_start_ = (pick + 1) % static_cast<int>(views_.size());
   return pick;
@@ -242,7 +252,7 @@ void EdgeRouter::offer(Envelope envelope, std::vector<Dispatch>& out, bool may_w
     offer_one(std::move(envelope), out, may_wait, origin, n - 1);
     return;
   }
-  const int target = keyed_ ? ring_.replica_for(key_of(envelope)) : -1;
+  const int target = keyed_ ? replica_for_key(key_of(envelope)) : -1;
   offer_one(std::move(envelope), out, may_wait, origin, target);
 }
 
@@ -270,8 +280,14 @@ void EdgeRouter::offer_one(Envelope envelope, std::vector<Dispatch>& out, bool m
     if (try_send(pick, envelope, origin, out)) return;
   }
   if (!may_wait && overflow_ == config::Overflow::block) {
-    ++dropped_;
-    return;
+    // A live source's envelope for a replica that drains for a move waits
+    // for its successor, within `capacity`; otherwise it cannot wait.
+    const bool for_paused = target >= 0 && paused_[static_cast<std::size_t>(target)] != 0 &&
+                            waiting_for_paused() < static_cast<std::size_t>(capacity_);
+    if (!for_paused) {
+      ++dropped_;
+      return;
+    }
   }
   switch (overflow_) {
     case config::Overflow::block:
@@ -355,6 +371,42 @@ void EdgeRouter::send_waiting(std::vector<Dispatch>& out) {
     }
     forget(*it);
     it = waiting_.erase(it);
+  }
+}
+
+// -- moves ------------------------------------------------------------------
+
+void EdgeRouter::pause(int replica) {
+  if (replica < 0 || replica >= static_cast<int>(views_.size())) return;
+  auto& p = paused_[static_cast<std::size_t>(replica)];
+  if (p == 0) ++paused_count_;
+  p = 1;
+}
+
+void EdgeRouter::resume(int replica, bool remote, std::vector<Dispatch>& out) {
+  if (replica < 0 || replica >= static_cast<int>(views_.size())) return;
+  const auto r = static_cast<std::size_t>(replica);
+  if (paused_[r] != 0) --paused_count_;
+  paused_[r] = 0;
+  views_[r].service_ns = 0;  // measured again where it runs now
+  if (remote && remote_.empty()) remote_.assign(views_.size(), false);
+  if (!remote_.empty()) {
+    remote_[r] = remote;
+    if (std::find(remote_.begin(), remote_.end(), true) == remote_.end()) remote_.clear();
+  }
+  send_waiting(out);
+}
+
+void EdgeRouter::set_key_map(std::shared_ptr<const KeyMap> keys) {
+  key_map_ = std::move(keys);
+  if (!keyed_ || fanout_) return;
+  for (auto& w : waiting_) {
+    if (w.target < 0) continue;
+    const int now = replica_for_key(key_of(w.envelope));
+    if (now == w.target) continue;
+    --fixed_waiting_[static_cast<std::size_t>(w.target)];
+    ++fixed_waiting_[static_cast<std::size_t>(now)];
+    w.target = now;
   }
 }
 

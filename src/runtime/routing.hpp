@@ -3,8 +3,11 @@
 // Pure logic: no actors, no clocks; the stage host feeds it events and sends
 // what it returns.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include <swarmflow/envelope.hpp>
@@ -30,6 +33,10 @@ class ConsistentHashRing {
   int replicas_;
   std::vector<Point> ring_;
 };
+
+/// Keys of a keyed stage placed by measured load rather than by the hash
+/// ring: key -> replica (placement's key reassignment, docs/placement.md).
+using KeyMap = std::unordered_map<std::uint64_t, int>;
 
 /// 64-bit mix (splitmix64 finaliser), used for stream hashing.
 std::uint64_t mix64(std::uint64_t x);
@@ -109,8 +116,34 @@ class EdgeRouter {
   /// no longer in `dispatched`).
   void replace(int replica, bool remote, std::vector<Dispatch>& out);
 
+  // -- moves (docs/placement.md "What a move guarantees")
+  /// Consumer replica `replica` is draining for a move: nothing new goes to
+  /// it (keyed envelopes for it wait here, within the overflow policy;
+  /// others go to the other replicas) until resume().
+  void pause(int replica);
+  /// The drained replica `replica` takes work again (at its new placement:
+  /// `remote` says whether that is on another unit). Everything it was sent
+  /// was credited and released before it drained, so it starts with full
+  /// credit and an unknown service time. Appends what can go now.
+  void resume(int replica, bool remote, std::vector<Dispatch>& out);
+  bool paused(int replica) const { return paused_[static_cast<std::size_t>(replica)] != 0; }
+  /// Keys placed by load (null: the hash ring alone). Keyed envelopes that
+  /// wait here go where the new map says: their replica drained first, so
+  /// nothing for their key is in flight anywhere.
+  void set_key_map(std::shared_ptr<const KeyMap> keys);
+  /// The replica a keyed envelope with this key goes to.
+  int replica_for_key(std::uint64_t key) const;
+
   /// True while a `block` edge holds an envelope for credit.
-  bool blocked() const { return overflow_ == config::Overflow::block && !waiting_.empty(); }
+  /// Envelopes waiting only for a replica that drains for a move do not
+  /// block until `capacity` of them wait (a move is short; the producer
+  /// goes on with the other replicas' keys meanwhile).
+  bool blocked() const {
+    if (overflow_ != config::Overflow::block || waiting_.empty()) return false;
+    if (paused_count_ == 0) return true;
+    const std::size_t held = waiting_for_paused();
+    return waiting_.size() > held || held >= static_cast<std::size_t>(capacity_);
+  }
   std::size_t waiting() const { return waiting_.size(); }
   /// The smallest `origin` among envelopes not yet accepted downstream:
   /// waiting here, waiting to be sent again, or sent and not yet credited by
@@ -140,6 +173,15 @@ class EdgeRouter {
   /// The most envelopes retained for one replica: `retention_limit(capacity)`.
   std::size_t retention_limit() const { return retention_limit_; }
   int replicas() const { return static_cast<int>(views_.size()); }
+  /// Counts what a predecessor of this producer replica counted (a move's
+  /// successor goes on counting where it left off).
+  void carry_counts(std::uint64_t offered, std::uint64_t dropped, std::uint64_t too_large, std::uint64_t replayed) {
+    offered_ += offered;
+    dispatched_ += offered - std::min(offered, dropped);
+    dropped_ += dropped;
+    too_large_ += too_large;
+    replayed_ += replayed;
+  }
 
  private:
   struct Waiting {
@@ -150,7 +192,7 @@ class EdgeRouter {
   /// Has credit and room to retain one more envelope.
   bool can_take(int replica) const {
     const auto r = static_cast<std::size_t>(replica);
-    return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_;
+    return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_ && paused_[r] == 0;
   }
   /// Can take a new envelope: can_take() and no replay is pending for it.
   bool can_take_new(int replica) const {
@@ -161,7 +203,8 @@ class EdgeRouter {
   /// when none.
   const std::vector<ReplicaView>& usable_views(bool exclude_fixed) {
     const bool any_fixed = exclude_fixed && unfixed_waiting_ < static_cast<int>(waiting_.size());
-    return any_fixed || full_replicas_ > 0 || replaying_replicas_ > 0 ? restricted_views(any_fixed) : views_;
+    return any_fixed || full_replicas_ > 0 || replaying_replicas_ > 0 || paused_count_ > 0 ? restricted_views(any_fixed)
+                                                                                           : views_;
   }
   const std::vector<ReplicaView>& restricted_views(bool exclude_fixed);
   int choose(const Envelope& e);
@@ -217,6 +260,16 @@ class EdgeRouter {
   std::size_t peak_retained_ = 0;
   int full_replicas_ = 0;  ///< replicas with retention_limit_ envelopes retained
   std::vector<bool> remote_;  ///< by replica; empty = all in this unit
+  std::vector<char> paused_;  ///< by replica: draining for a move
+  int paused_count_ = 0;
+  std::shared_ptr<const KeyMap> key_map_;
+  std::size_t waiting_for_paused() const {
+    std::size_t n = 0;
+    for (std::size_t r = 0; r < paused_.size(); ++r) {
+      if (paused_[r] != 0) n += static_cast<std::size_t>(fixed_waiting_[r]);
+    }
+    return n;
+  }
   std::size_t max_remote_payload_bytes_ = 0;
 };
 

@@ -146,3 +146,27 @@ bool RunState::finished() const {
 }
 
 }  // namespace swarmflow::runtime
+
+namespace swarmflow::runtime {
+
+void RunState::record_move(MoveReport move) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  moves_.push_back(std::move(move));
+}
+
+std::vector<MoveReport> RunState::moves() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return moves_;
+}
+
+void RunState::set_move_latency(std::size_t index, double p99_ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index < moves_.size()) moves_[index].latency_p99_around_ms = p99_ms;
+}
+
+std::size_t RunState::move_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return moves_.size();
+}
+
+}  // namespace swarmflow::runtime

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <array>
 #include <map>
@@ -69,7 +70,17 @@ struct RunState {
   /// The placement in force: every reader takes it once per step and keeps
   /// that copy; a new placement is published whole.
   std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }
-  void publish(std::shared_ptr<const RoutingTable> table) { std::atomic_store(&table_, std::move(table)); }
+  void publish(std::shared_ptr<const RoutingTable> table) {
+    const std::uint32_t epoch = table->epoch;
+    std::atomic_store(&table_, std::move(table));
+    epoch_.store(epoch, std::memory_order_release);
+  }
+  /// The epoch of the published table: a host checks it at every message,
+  /// and takes a newer table up before anything else.
+  std::uint32_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  /// A replica drained for a move (on its host's thread): placement goes on
+  /// with it (set before the run starts; null: no moves in this process).
+  std::function<void(int node, int replica, std::shared_ptr<const ReplicaSnapshot> handover)> on_drained;
   std::vector<std::vector<std::unique_ptr<ReplicaStats>>> replica_stats;
   /// `--trace`: the sampled steps of this process's replicas; null: none.
   std::shared_ptr<TraceBuffer> trace;
@@ -103,6 +114,12 @@ struct RunState {
   /// its unit took the plan up.
   void record_first_output(std::uint32_t epoch, std::int64_t ns, bool after_plan);
   std::vector<FailoverReport> failovers() const;
+  /// Moves made during the run (placement that follows the load).
+  void record_move(MoveReport move);
+  std::vector<MoveReport> moves() const;
+  std::size_t move_count() const;
+  /// The latency p99 around move `index` (measured after it completed).
+  void set_move_latency(std::size_t index, double p99_ms);
 
   /// Transport counters of units hosted elsewhere, from their UnitDone.
   void set_remote_transport(int unit, const RemoteTransportStats& stats);
@@ -139,12 +156,14 @@ struct RunState {
   std::map<int, RemoteTransportStats> remote_transport_;
   std::map<int, UnitLoad> loads_;
   std::vector<FailoverReport> failovers_;
+  std::vector<MoveReport> moves_;
   struct FailoverTimes {
     std::int64_t detected_ns;
     std::int64_t planned_ns;
   };
   std::vector<FailoverTimes> failover_times_;  ///< parallel to failovers_
   std::shared_ptr<const RoutingTable> table_;
+  std::atomic<std::uint32_t> epoch_{0};
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.
@@ -154,7 +173,8 @@ struct RunState {
 /// `replacement`: it was placed by a failover (its first step is reported).
 caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
                              std::shared_ptr<const RoutingTable> table, int node, int replica,
-                             std::shared_ptr<const ReplicaSnapshot> restore = nullptr, bool replacement = false);
+                             std::shared_ptr<const ReplicaSnapshot> restore = nullptr, bool replacement = false,
+                             bool successor = false);
 /// Tells a host that snapshot `id` of its replica is stored (or, with
 /// UINT64_MAX, that snapshots now count as stored at once).
 void send_snapshot_stored(const caf::actor& host, std::uint64_t id);

@@ -17,6 +17,7 @@
 #include "placement/static_placement.hpp"
 #include "runtime/inbound_batcher.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/placer.hpp"
 #include "runtime/report_builder.hpp"
 #include "runtime/run_state.hpp"
 #include "runtime/snapshot_codec.hpp"
@@ -93,6 +94,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   caf::actor_system* coordinator_system = nullptr;
   std::shared_ptr<placement::CoordinatorFigures> coordinator_figures;
   std::shared_ptr<runtime::UnitSide> unit_side;
+  /// Moves while the run goes on (every unit in this process).
+  std::unique_ptr<runtime::Placer> placer;
 
   // -- the unit process's failure watch thread (start_failure_watch)
   std::thread watch;
@@ -101,6 +104,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   bool watch_stopping = false;
 
   ~Impl() override {
+    if (placer) placer->stop();
     stop_scenario();
     stop_failure_watch();
     stop_coordinator();
@@ -581,7 +585,11 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     // the new epoch (it holds such messages until the table is published).
     for (const auto& actors : table->actors) {
       for (const auto& a : actors) {
-        if (a && std::find(fresh.begin(), fresh.end(), a) == fresh.end()) {
+        // By identity: actors of different units may have the same id.
+        const bool is_fresh = std::any_of(fresh.begin(), fresh.end(), [&](const caf::actor& f) {
+          return caf::actor_cast<caf::actor_control_block*>(f) == caf::actor_cast<caf::actor_control_block*>(a);
+        });
+        if (a && !is_fresh) {
           caf::anon_send(a, runtime::placement_atom::value, published);
         }
       }
@@ -757,6 +765,30 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     }
   }
 
+  /// The placer of a run whose units are all in this process: the adaptive
+  /// policy's moves, and those asked for (Runtime::move_replica).
+  void make_placer() {
+    runtime::PlacerHooks hooks;
+    hooks.spawn = [this](int unit, std::shared_ptr<const runtime::RoutingTable> placed, int node, int replica,
+                         std::shared_ptr<const runtime::ReplicaSnapshot> restore) {
+      return runtime::spawn_stage_host(*systems[static_cast<std::size_t>(unit)], run, std::move(placed), node, replica,
+                                       std::move(restore), false, true);
+    };
+    hooks.set_epoch = [this](std::uint32_t epoch) {
+      for (std::size_t u = 0; u < local.size(); ++u) {
+        if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
+      }
+    };
+    hooks.threads = [this](int unit) { return thread_count(static_cast<std::size_t>(unit)); };
+    placer = std::make_unique<runtime::Placer>(run, std::move(hooks),
+                                               placement::PolicySettings::from(run->spec.placement),
+                                               run->spec.placement.policy == "adaptive");
+    runtime::Placer* p = placer.get();
+    run->on_drained = [p](int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) {
+      p->drained(node, replica, std::move(handover));
+    };
+  }
+
   void start_local_hosts() {
     // Consumers first, so that sources find them ready.
     const auto table = run->table();
@@ -834,6 +866,11 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
+  if (m.distributed && m.run->spec.placement.policy == "adaptive") {
+    return Status::error("placement.policy adaptive moves replicas between units of one process; this run has unit "
+                         "processes (docs/placement.md): use `static`, or run every unit here",
+                         StatusCode::failed_precondition);
+  }
   // The coordinator's own units read its clock; the others' offsets come
   // from heartbeats (docs/observability.md, clock offsets).
   if (m.options.coordinator) {
@@ -928,6 +965,7 @@ Status Runtime::start() {
     m.run->publish(std::move(table));
   }
 
+  if (!m.distributed) m.make_placer();
   m.spawn_local_hosts();
 
   if (m.distributed && m.options.coordinator && !takeover) {
@@ -958,7 +996,59 @@ Status Runtime::start() {
   m.started = true;
   m.start_scenario();
   m.start_local_hosts();
+  if (m.placer) m.placer->start();
   return {};
+}
+
+Status Runtime::set_unit_speed(const std::string& unit, double speed) {
+  Impl& m = *impl_;
+  if (!m.run) return Status::error("load a pipeline first", StatusCode::failed_precondition);
+  if (!(speed > 0) || speed > 1000) return Status::error("a unit's speed must be in (0, 1000]", StatusCode::invalid_argument);
+  const int u = runtime::unit_index(m.run->spec, unit);
+  if (u < 0) return Status::error("no unit '" + unit + "' in this pipeline", StatusCode::not_found);
+  if (!m.started || !m.local[static_cast<std::size_t>(u)]) {
+    return Status::error("unit '" + unit + "' does not run in this process", StatusCode::failed_precondition);
+  }
+  m.run->unit_speed[static_cast<std::size_t>(u)]->store(speed, std::memory_order_relaxed);
+  swarmflow::log::info("unit '%s' runs at speed %g from now", unit.c_str(), speed);
+  return {};
+}
+
+Status Runtime::move_replica(const std::string& stage, int replica, const std::string& unit) {
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
+  const int node = m.run->graph.find(stage);
+  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
+  const int u = runtime::unit_index(m.run->spec, unit);
+  if (u < 0) return Status::error("no unit '" + unit + "'", StatusCode::not_found);
+  placement::Move move;
+  move.kind = placement::MoveKind::move_replica;
+  move.stage = node;
+  move.replica = replica;
+  move.to_unit = u;
+  std::string why;
+  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
+  return {};
+}
+
+Status Runtime::reassign_keys(const std::string& stage, const std::vector<std::pair<std::uint64_t, int>>& keys) {
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
+  const int node = m.run->graph.find(stage);
+  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
+  placement::Move move;
+  move.kind = placement::MoveKind::reassign_keys;
+  move.stage = node;
+  move.keys = keys;
+  std::string why;
+  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
+  return {};
+}
+
+std::uint64_t Runtime::moves_completed() const {
+  return impl_->placer ? impl_->placer->completed() : 0;
 }
 
 void Runtime::request_stop() {
@@ -1062,6 +1152,7 @@ Status Runtime::wait() {
       placement::await(*m.coordinator_system, m.coordinator, placement::Await::done, m.options.leave_timeout_ms);
     }
   }
+  if (m.placer) m.placer->stop();
   m.stop_scenario();
   m.stop_failure_watch();
   m.stop_coordinator();

@@ -26,7 +26,7 @@ constexpr std::size_t kMaxRemoteBatch = 256;
 constexpr std::size_t kSendAloneBytes = 64u << 10;
 
 ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable& table, int node, int replica,
-                        std::shared_ptr<const ReplicaSnapshot> restore) {
+                        std::shared_ptr<const ReplicaSnapshot> restore, bool successor) {
   const graph::Graph& g = run->graph;
   const graph::Node& n = g.nodes[static_cast<std::size_t>(node)];
   const auto r = static_cast<std::size_t>(replica);
@@ -61,6 +61,7 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
     s.snapshot_interval_ns = static_cast<std::int64_t>(run->spec.failure.snapshot_ms) * 1'000'000;
   }
   s.restore = std::move(restore);
+  s.successor = successor;
   s.epoch = table.epoch;
   return s;
 }
@@ -68,14 +69,14 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
 class StageHost final : public ReplicaEffects {
  public:
   StageHost(caf::event_based_actor* self, std::shared_ptr<RunState> run, std::shared_ptr<const RoutingTable> table,
-            int node, int replica, std::shared_ptr<const ReplicaSnapshot> restore, bool replacement)
+            int node, int replica, std::shared_ptr<const ReplicaSnapshot> restore, bool replacement, bool successor)
       : self_(self),
         run_(std::move(run)),
         table_(std::move(table)),
         node_(node),
         replica_(replica),
         unit_(table_->unit(node, replica)),
-        core_(make_setup(run_, *table_, node, replica, std::move(restore)), *this),
+        core_(make_setup(run_, *table_, node, replica, std::move(restore), successor), *this),
         first_step_pending_(replacement),
         spawned_ns_(steady_now_ns()) {}
 
@@ -97,28 +98,34 @@ class StageHost final : public ReplicaEffects {
           flush_outbox();
         },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, Envelope& e) {
+          refresh();
           core_.deliver(static_cast<int>(edge), static_cast<int>(from), std::move(e));
           flush_outbox();
         },
         [this](deliver_atom, std::uint32_t edge, std::uint32_t from, std::vector<Envelope>& batch) {
+          refresh();
           core_.deliver(static_cast<int>(edge), static_cast<int>(from), batch);
           flush_outbox();
         },
         [this](ack_atom, std::uint32_t edge, std::uint32_t replica, std::uint32_t credits, std::uint32_t released,
                double service_ns) {
+          refresh();
           core_.ack(static_cast<int>(edge), static_cast<int>(replica), static_cast<int>(credits),
                     static_cast<int>(released), service_ns);
           flush_outbox();
         },
         [this](eos_atom, std::uint32_t edge, std::uint32_t from) {
+          refresh();
           core_.end_of_stream(static_cast<int>(edge), static_cast<int>(from));
           flush_outbox();
         },
         [this](pull_atom) {
+          refresh();
           core_.tick(ReplicaCore::kPull);
           flush_outbox();
         },
         [this](resume_atom) {
+          refresh();
           core_.tick(ReplicaCore::kResume);
           flush_outbox();
         },
@@ -127,14 +134,17 @@ class StageHost final : public ReplicaEffects {
           flush_outbox();
         },
         [this](join_atom) {
+          refresh();
           core_.tick(ReplicaCore::kJoin);
           flush_outbox();
         },
         [this](flush_atom) {
+          refresh();
           core_.tick(ReplicaCore::kFlush);
           flush_outbox();
         },
         [this](wake_atom) {
+          refresh();
           core_.tick(ReplicaCore::kWake);
           flush_outbox();
         },
@@ -144,9 +154,17 @@ class StageHost final : public ReplicaEffects {
         },
         [this](placement_atom, std::shared_ptr<const RoutingTable>& table) {
           if (table->epoch <= table_->epoch) return;
-          PlacementChange change = placement_change(*table_, *table);
-          table_ = std::move(table);
-          core_.placement_changed(change);
+          take_up(std::move(table));
+          flush_outbox();
+        },
+        [this](drain_atom, std::uint32_t edge, std::uint32_t from) {
+          refresh();
+          core_.drain_mark(static_cast<int>(edge), static_cast<int>(from));
+          flush_outbox();
+        },
+        [this](drained_atom, std::uint32_t edge, std::uint32_t replica) {
+          refresh();
+          core_.drained_mark(static_cast<int>(edge), static_cast<int>(replica));
           flush_outbox();
         },
     };
@@ -195,6 +213,34 @@ class StageHost final : public ReplicaEffects {
 
   void log(const std::string& line) override { swarmflow::log::warn("%s", line.c_str()); }
 
+  void drain_mark(int node, int replica, int edge) override {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      flush_outbox();  // the mark follows everything sent before it
+      self_->send(local_actor(node, replica), drain_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_));
+      return;
+    }
+    post_remote(unit, transport::FrameKind::drain, node, replica, edge);
+  }
+
+  void drained_mark(int node, int replica, int edge) override {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      self_->send(local_actor(node, replica), drained_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_));
+      return;
+    }
+    post_remote(unit, transport::FrameKind::drained, node, replica, edge);
+  }
+
+  void drained(ReplicaSnapshot&& handover) override {
+    flush_outbox();
+    if (run_->on_drained) {
+      run_->on_drained(node_, replica_, std::make_shared<const ReplicaSnapshot>(std::move(handover)));
+    }
+  }
+
   void snapshot(ReplicaSnapshot&& snapshot) override {
     if (run_->snapshots_local.load(std::memory_order_acquire)) {
       self_->send(self_, stored_atom::value, snapshot.id);
@@ -210,6 +256,20 @@ class StageHost final : public ReplicaEffects {
   int unit_of(int node, int replica) const { return table_->unit(node, replica); }
   caf::actor local_actor(int node, int replica) const { return table_->actor(node, replica); }
 
+  /// Takes up the published table when it is newer than this host's (a host
+  /// may hear of a new placement from a message made under it first).
+  void refresh() {
+    if (run_->epoch() <= table_->epoch) return;
+    take_up(run_->table());
+  }
+
+  void take_up(std::shared_ptr<const RoutingTable> table) {
+    if (table->epoch <= table_->epoch) return;
+    PlacementChange change = placement_change(*table_, *table);
+    table_ = std::move(table);
+    core_.placement_changed(change);
+  }
+
   /// What changed for this replica between two placements.
   PlacementChange placement_change(const RoutingTable& before, const RoutingTable& after) const {
     const graph::Graph& g = run_->graph;
@@ -223,15 +283,22 @@ class StageHost final : public ReplicaEffects {
       for (int r = 0; r < consumers; ++r) {
         const int now = after.unit(to, r);
         change.remote_consumers[static_cast<std::size_t>(e)].push_back(now != unit_);
-        if (now != before.unit(to, r) && now != kLostUnit) change.moved_consumers.emplace_back(e, r);
+        if (after.is_draining(to, r) && !before.is_draining(to, r)) change.draining_consumers.emplace_back(e, r);
+        if (before.is_draining(to, r) && !after.is_draining(to, r)) {
+          change.handed_over_consumers.emplace_back(e, r);
+        } else if (now != before.unit(to, r) && now != kLostUnit) {
+          change.moved_consumers.emplace_back(e, r);
+        }
       }
+      if (after.key_map(to) != before.key_map(to)) change.key_maps.emplace_back(e, after.key_map(to));
     }
+    change.drain = after.is_draining(node_, replica_) && !before.is_draining(node_, replica_);
     for (int e : n.in_edges) {
       const int from = g.edges[static_cast<std::size_t>(e)].from_node;
       const int producers = static_cast<int>(after.unit_of[static_cast<std::size_t>(from)].size());
       for (int r = 0; r < producers; ++r) {
         const int now = after.unit(from, r);
-        if (now == before.unit(from, r)) continue;
+        if (now == before.unit(from, r) || after.was_handed_over(from, r)) continue;
         (now == kLostUnit ? change.lost_producers : change.moved_producers).emplace_back(e, r);
       }
     }
@@ -373,10 +440,10 @@ class StageHost final : public ReplicaEffects {
 
 caf::actor spawn_stage_host(caf::actor_system& system, std::shared_ptr<RunState> run,
                              std::shared_ptr<const RoutingTable> table, int node, int replica,
-                             std::shared_ptr<const ReplicaSnapshot> restore, bool replacement) {
+                             std::shared_ptr<const ReplicaSnapshot> restore, bool replacement, bool successor) {
   return system.spawn([run = std::move(run), table = std::move(table), node, replica, restore = std::move(restore),
-                       replacement](caf::event_based_actor* self) {
-    auto host = std::make_shared<StageHost>(self, run, table, node, replica, restore, replacement);
+                       replacement, successor](caf::event_based_actor* self) {
+    auto host = std::make_shared<StageHost>(self, run, table, node, replica, restore, replacement, successor);
     caf::behavior b = host->make_behavior();
     // The behavior's handlers use `host`; keep it alive as long as the actor.
     self->attach_functor([host] {});

@@ -183,7 +183,9 @@ struct Transport::Impl {
   }
 
   static std::size_t lane_of(const OutboundMessage& m) {
-    return static_cast<std::size_t>(m.unit) * 2 + (m.destination.kind == FrameKind::ack ? 1 : 0);
+    // Acks and drained marks go back the way acks go (a drained mark follows its replica's last acks).
+    const bool back = m.destination.kind == FrameKind::ack || m.destination.kind == FrameKind::drained;
+    return static_cast<std::size_t>(m.unit) * 2 + (back ? 1 : 0);
   }
 
   /// A new message for lane `lane`, with the ROUTER's routing frame when it

@@ -26,7 +26,10 @@
 
 namespace swarmflow::transport {
 
-enum class FrameKind : std::uint8_t { deliver = 1, ack = 2, eos = 3 };
+/// drain: a producer sends a consumer replica draining for a move nothing
+/// more (after its envelopes); drained: that replica owes the producer
+/// nothing more (after its acks). Neither carries a payload.
+enum class FrameKind : std::uint8_t { deliver = 1, ack = 2, eos = 3, drain = 4, drained = 5 };
 
 constexpr std::uint8_t kWireVersion = 1;
 constexpr std::size_t kDestinationSize = 16;

@@ -1,0 +1,475 @@
+// Placement that follows the load, in the units' process (placer.hpp).
+
+#include "runtime/placer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include <swarmflow/log.hpp>
+
+#include "metrics/histogram.hpp"
+#include "runtime/messages.hpp"
+#include "runtime/run_state.hpp"
+
+namespace swarmflow::runtime {
+
+namespace {
+
+using Buckets = std::vector<std::uint64_t>;
+
+Buckets buckets_of(const metrics::LatencyHistogram& h) {
+  Buckets b;
+  h.for_each_bucket([&](int i, std::uint64_t count) {
+    const auto at = static_cast<std::size_t>(i);
+    if (b.size() <= at) b.resize(at + 1, 0);
+    b[at] = count;
+  });
+  return b;
+}
+
+/// The p99 of what was added between two readings of one histogram, ms; -1: nothing.
+double window_p99_ms(const Buckets& before, const Buckets& after) {
+  metrics::LatencyHistogram window;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const std::uint64_t was = i < before.size() ? before[i] : 0;
+    if (after[i] > was) window.add_bucket(static_cast<int>(i), after[i] - was);
+  }
+  if (window.count() == 0) return -1;
+  return static_cast<double>(window.quantile_ns(0.99)) / 1e6;
+}
+
+/// Whether `a` is one of `actors`. By identity: actors of different units
+/// (actor systems) in one process may have the same id, which is what
+/// caf::actor's comparison looks at.
+bool is_one_of(const caf::actor& a, const std::vector<caf::actor>& actors) {
+  auto* block = caf::actor_cast<caf::actor_control_block*>(a);
+  for (const auto& x : actors) {
+    if (caf::actor_cast<caf::actor_control_block*>(x) == block) return true;
+  }
+  return false;
+}
+
+/// Stages the runtime cannot move: those in a cycle (a drain would wait on
+/// itself through the feedback edge).
+std::vector<char> in_cycles(const graph::Graph& g) {
+  std::vector<char> fixed(g.nodes.size(), 0);
+  for (const auto& e : g.edges) {
+    if (!e.feedback) continue;
+    fixed[static_cast<std::size_t>(e.from_node)] = 1;
+    fixed[static_cast<std::size_t>(e.to_node)] = 1;
+  }
+  return fixed;
+}
+
+}  // namespace
+
+placement::LoadView load_view(const std::vector<std::vector<ReplicaSample>>& before,
+                              const std::vector<std::vector<ReplicaSample>>& after, std::int64_t dt_ns,
+                              const std::vector<std::vector<int>>& unit_of, const std::vector<double>& speed,
+                              const std::vector<int>& threads, const std::vector<std::vector<double>>& queued,
+                              const std::vector<std::vector<double>>& service_ns) {
+  placement::LoadView view;
+  const double dt = static_cast<double>(std::max<std::int64_t>(1, dt_ns));
+  view.units.resize(speed.size());
+  view.unit_of = unit_of;
+  std::vector<double> busy(speed.size(), 0.0);
+  for (std::size_t n = 0; n < after.size(); ++n) {
+    for (std::size_t r = 0; r < after[n].size(); ++r) {
+      const ReplicaSample& a = after[n][r];
+      const ReplicaSample* b = n < before.size() && r < before[n].size() ? &before[n][r] : nullptr;
+      const int u = n < unit_of.size() && r < unit_of[n].size() ? unit_of[n][r] : -1;
+      const double unit_speed = u >= 0 && static_cast<std::size_t>(u) < speed.size() ? speed[static_cast<std::size_t>(u)] : 1.0;
+      const std::int64_t busy_delta = std::max<std::int64_t>(0, a.busy_ns - (b != nullptr ? b->busy_ns : 0));
+      if (u >= 0 && static_cast<std::size_t>(u) < busy.size()) busy[static_cast<std::size_t>(u)] += static_cast<double>(busy_delta);
+      placement::ReplicaLoadView rv;
+      rv.stage = static_cast<int>(n);
+      rv.replica = static_cast<int>(r);
+      rv.queue_depth = n < queued.size() && r < queued[n].size() ? queued[n][r] : 0;
+      rv.service_ns = n < service_ns.size() && r < service_ns[n].size() ? service_ns[n][r] : 0;
+      const std::uint64_t arrivals = a.arrivals - std::min(a.arrivals, b != nullptr ? b->arrivals : 0);
+      rv.arrival_hz = static_cast<double>(arrivals) * 1e9 / dt;
+      if (!a.key_overflow) {
+        for (const auto& [key, ns] : a.key_busy_ns) {
+          std::int64_t was = 0;
+          if (b != nullptr) {
+            const auto it = std::lower_bound(b->key_busy_ns.begin(), b->key_busy_ns.end(), std::make_pair(key, std::int64_t{0}),
+                                             [](const auto& x, const auto& y) { return x.first < y.first; });
+            if (it != b->key_busy_ns.end() && it->first == key) was = it->second;
+          }
+          const double load = static_cast<double>(std::max<std::int64_t>(0, ns - was)) / dt * unit_speed;
+          if (load > 0) rv.keys.push_back(placement::KeyLoad{key, load});
+        }
+      }
+      view.replicas.push_back(std::move(rv));
+    }
+  }
+  for (std::size_t u = 0; u < speed.size(); ++u) {
+    const int t = u < threads.size() ? std::max(1, threads[u]) : 1;
+    view.units[u].utilisation = std::clamp(busy[u] / (dt * t), 0.0, 1.0);
+    view.units[u].speed = speed[u];
+  }
+  return view;
+}
+
+Placer::Placer(std::shared_ptr<RunState> run, PlacerHooks hooks, placement::PolicySettings settings, bool adaptive)
+    : run_(std::move(run)),
+      hooks_(std::move(hooks)),
+      policy_(run_->spec, settings),
+      settings_(settings),
+      adaptive_(adaptive) {}
+
+Placer::~Placer() { stop(); }
+
+void Placer::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Placer::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Placer::drained(int node, int replica, std::shared_ptr<const ReplicaSnapshot> handover) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drained_.push_back(Drained{node, replica, std::move(handover)});
+  }
+  cv_.notify_all();
+}
+
+std::uint64_t Placer::completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool Placer::request(placement::Move move, std::string* why) {
+  const std::string refused = refusal(move);
+  if (!refused.empty()) {
+    if (why != nullptr) *why = refused;
+    return false;
+  }
+  auto steps = steps_of(move);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : steps) queued_.push_back(std::move(s));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+std::string Placer::refusal(const placement::Move& move) const {
+  const graph::Graph& g = run_->graph;
+  if (move.stage < 0 || static_cast<std::size_t>(move.stage) >= g.nodes.size()) return "no such stage";
+  const graph::Node& node = g.nodes[static_cast<std::size_t>(move.stage)];
+  const config::StageDecl& decl = *node.decl;
+  if (node.in_edges.empty()) return "stage '" + decl.id + "' is a source: its data comes from where it runs";
+  if (in_cycles(g)[static_cast<std::size_t>(move.stage)] != 0) {
+    return "stage '" + decl.id + "' is in a cycle: its drain would wait on itself";
+  }
+  const auto table = run_->table();
+  switch (move.kind) {
+    case placement::MoveKind::move_replica: {
+      if (move.replica < 0 || move.replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
+      if (move.to_unit < 0 || static_cast<std::size_t>(move.to_unit) >= run_->spec.units.size()) return "no such unit";
+      if (!table->actor(move.stage, move.replica)) return "the replica does not run in this process";
+      if (table->unit(move.stage, move.replica) == move.to_unit) return "the replica is on that unit already";
+      const std::string& unit = run_->spec.units[static_cast<std::size_t>(move.to_unit)].id;
+      if (!decl.pin_units.empty() && std::find(decl.pin_units.begin(), decl.pin_units.end(), unit) == decl.pin_units.end()) {
+        return "stage '" + decl.id + "' may not run on unit '" + unit + "' (its placement.units)";
+      }
+      if (node.out_edges.empty() &&
+          !run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(move.replica)]
+               ->stateful.load()) {
+        return "stage '" + decl.id + "' is a sink that keeps no state it could hand over (what it writes stays where it is)";
+      }
+      return {};
+    }
+    case placement::MoveKind::reassign_keys: {
+      if (!decl.keyed || decl.fanout_all) return "stage '" + decl.id + "' is not keyed";
+      for (const auto& stats : run_->replica_stats[static_cast<std::size_t>(move.stage)]) {
+        if (stats->stateful.load()) return "stage '" + decl.id + "' keeps state per replica: its keys stay";
+      }
+      for (const auto& [key, replica] : move.keys) {
+        if (replica < 0 || replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
+      }
+      return {};
+    }
+    case placement::MoveKind::add_replica:
+    case placement::MoveKind::remove_replica:
+      return "adding and removing replicas while the run goes on is not built yet";
+  }
+  return "unknown move";
+}
+
+std::vector<Placer::Step> Placer::steps_of(const placement::Move& move) const {
+  std::vector<Step> steps;
+  if (move.kind == placement::MoveKind::move_replica) {
+    Step s;
+    s.move = move;
+    s.node = move.stage;
+    s.replica = move.replica;
+    s.to_unit = move.to_unit;
+    steps.push_back(std::move(s));
+    return steps;
+  }
+  // Keys leave each replica that gives some away after it drains.
+  const auto table = run_->table();
+  const int replicas = run_->graph.nodes[static_cast<std::size_t>(move.stage)].decl->replicas;
+  const ConsistentHashRing ring(replicas);
+  const auto map = table->key_map(move.stage);
+  std::map<int, std::vector<std::pair<std::uint64_t, int>>> by_owner;
+  for (const auto& [key, to] : move.keys) {
+    int owner = ring.replica_for(key);
+    if (map) {
+      const auto it = map->find(key);
+      if (it != map->end()) owner = it->second;
+    }
+    if (owner != to) by_owner[owner].emplace_back(key, to);
+  }
+  for (auto& [owner, keys] : by_owner) {
+    Step s;
+    s.move = move;
+    s.node = move.stage;
+    s.replica = owner;
+    s.keys = std::move(keys);
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+std::vector<std::vector<ReplicaSample>> Placer::sample() const {
+  const graph::Graph& g = run_->graph;
+  std::vector<std::vector<ReplicaSample>> out(g.nodes.size());
+  for (const auto& node : g.nodes) {
+    const auto n = static_cast<std::size_t>(node.index);
+    for (int r = 0; r < node.decl->replicas; ++r) {
+      const ReplicaStats& s = *run_->replica_stats[n][static_cast<std::size_t>(r)];
+      ReplicaSample x;
+      x.busy_ns = s.busy_ns.load(std::memory_order_relaxed);
+      for (int e : node.in_edges) {
+        x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
+      }
+      if (node.decl->keyed) {
+        auto keys = s.keys();
+        x.key_busy_ns = std::move(keys.busy_ns);
+        std::sort(x.key_busy_ns.begin(), x.key_busy_ns.end());
+        x.key_overflow = keys.overflow;
+      }
+      out[n].push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+metrics::LatencyHistogram Placer::sink_latency() const {
+  metrics::LatencyHistogram all;
+  for (const auto& node : run_->graph.nodes) {
+    if (!node.out_edges.empty()) continue;
+    for (const auto& stats : run_->replica_stats[static_cast<std::size_t>(node.index)]) all.merge(stats->latency());
+  }
+  return all;
+}
+
+void Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh) {
+  std::shared_ptr<const RoutingTable> published = std::move(table);
+  for (const auto& actors : published->actors) {
+    for (const auto& a : actors) {
+      if (a && !is_one_of(a, fresh)) {
+        caf::anon_send(a, placement_atom::value, published);
+      }
+    }
+  }
+  run_->publish(published);
+  if (hooks_.set_epoch) hooks_.set_epoch(published->epoch);
+  for (const auto& a : fresh) caf::anon_send(a, start_atom::value);
+}
+
+void Placer::begin(Step step, std::int64_t now) {
+  const auto current = run_->table();
+  if (!current->actor(step.node, step.replica)) return;  // not here (any more)
+  auto table = std::make_shared<RoutingTable>(*current);
+  table->epoch = current->epoch + 1;
+  table->draining = {step.node, step.replica};
+  pending_ = std::make_unique<Pending>();
+  pending_->from_unit = current->unit(step.node, step.replica);
+  pending_->started_ns = now;
+  pending_->sink_buckets_before = buckets_of(sink_latency());
+  pending_->step = std::move(step);
+  publish(std::move(table), {});
+}
+
+void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int64_t now) {
+  const Step& step = pending_->step;
+  const auto current = run_->table();
+  auto table = std::make_shared<RoutingTable>(*current);
+  table->epoch = current->epoch + 1;
+  table->draining = {-1, -1};
+  const int from = pending_->from_unit;
+  const int to = step.to_unit >= 0 ? step.to_unit : from;
+  table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = to;
+  auto& handovers = table->handovers;
+  handovers.erase(std::remove_if(handovers.begin(), handovers.end(),
+                                 [&](const RoutingTable::Handover& h) {
+                                   return h.node == step.node && h.replica == step.replica;
+                                 }),
+                  handovers.end());
+  handovers.push_back(RoutingTable::Handover{step.node, step.replica, from, table->epoch});
+  if (!step.keys.empty()) {
+    auto map = std::make_shared<KeyMap>();
+    if (auto old = current->key_map(step.node)) *map = *old;
+    for (const auto& [key, replica] : step.keys) (*map)[key] = replica;
+    table->keys.resize(run_->graph.nodes.size());
+    table->keys[static_cast<std::size_t>(step.node)] = std::move(map);
+  }
+  const caf::actor old = current->actor(step.node, step.replica);
+  // The successor starts from the drained replica's state; a stage that
+  // keeps none starts afresh (its counters are this process's already).
+  std::shared_ptr<const ReplicaSnapshot> restore = handover && !handover->state.empty() ? handover : nullptr;
+  const caf::actor successor = hooks_.spawn(to, table, step.node, step.replica, std::move(restore));
+  table->actors[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = successor;
+  const std::uint32_t epoch = table->epoch;
+  publish(std::move(table), {successor});
+  if (old) caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
+
+  MoveReport m;
+  const std::int64_t start = run_->start_ns.load();
+  m.at_s = static_cast<double>(pending_->started_ns - start) / 1e9;
+  m.kind = step.keys.empty() ? "move" : "keys";
+  m.stage = run_->graph.nodes[static_cast<std::size_t>(step.node)].decl->id;
+  m.replica = step.replica;
+  m.from = run_->spec.units[static_cast<std::size_t>(from)].id;
+  m.to = run_->spec.units[static_cast<std::size_t>(to)].id;
+  m.why = step.move.why.empty() ? "asked for" : step.move.why;
+  m.epoch = epoch;
+  m.drain_ms = static_cast<double>(now - pending_->started_ns) / 1e6;
+  m.keys = step.keys.size();
+  if (!latency_before_.empty()) m.latency_p99_before_ms = window_p99_ms(latency_before_.back(), pending_->sink_buckets_before);
+  latency_due_.push_back(LatencyDue{run_->move_count(), pending_->sink_buckets_before,
+                                    now + static_cast<std::int64_t>(std::max(1, run_->spec.placement.interval_ms)) * 1'000'000});
+  swarmflow::log::info("placement: %s %s/%d %s -> %s (%s), drained in %.1f ms", m.kind.c_str(), m.stage.c_str(),
+                       m.replica, m.from.c_str(), m.to.c_str(), m.why.c_str(), m.drain_ms);
+  run_->record_move(std::move(m));
+  pending_.reset();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++completed_;
+}
+
+void Placer::loop() {
+  const std::int64_t interval = static_cast<std::int64_t>(std::max(1, run_->spec.placement.interval_ms)) * 1'000'000;
+  const std::vector<char> cycles = in_cycles(run_->graph);
+  std::int64_t last_ns = steady_now_ns();
+  std::int64_t next_ns = last_ns + interval;
+  auto last = sample();
+  latency_before_.push_back(buckets_of(sink_latency()));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    cv_.wait_until(lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_ns)),
+                   [&] { return stopping_ || !drained_.empty() || (!pending_ && !queued_.empty()); });
+    if (stopping_) break;
+    std::vector<Drained> drained = std::move(drained_);
+    drained_.clear();
+    lock.unlock();
+    std::int64_t now = steady_now_ns();
+    for (auto& d : drained) {
+      if (pending_ && pending_->step.node == d.node && pending_->step.replica == d.replica) {
+        complete(std::move(d.handover), now);
+      }
+    }
+    if (run_->finished() || run_->stop_requested.load()) {
+      lock.lock();
+      queued_.clear();
+      next_ns = steady_now_ns() + interval;
+      continue;
+    }
+    if (!pending_) {
+      lock.lock();
+      std::optional<Step> next;
+      if (!queued_.empty()) {
+        next = std::move(queued_.front());
+        queued_.pop_front();
+      }
+      lock.unlock();
+      if (next) begin(std::move(*next), now);
+    }
+    now = steady_now_ns();
+    if (now >= next_ns) {
+      next_ns = now + interval;
+      auto current = sample();
+      const auto table = run_->table();
+      const std::size_t units = run_->spec.units.size();
+      std::vector<double> speed(units);
+      std::vector<int> threads(units);
+      for (std::size_t u = 0; u < units; ++u) {
+        speed[u] = run_->unit_speed[u]->load(std::memory_order_relaxed);
+        threads[u] = hooks_.threads ? hooks_.threads(static_cast<int>(u)) : 1;
+      }
+      std::vector<std::vector<double>> queued(run_->graph.nodes.size());
+      std::vector<std::vector<double>> service(run_->graph.nodes.size());
+      placement::LoadView view;
+      for (const auto& node : run_->graph.nodes) {
+        const auto n = static_cast<std::size_t>(node.index);
+        for (const auto& s : run_->replica_stats[n]) {
+          queued[n].push_back(static_cast<double>(s->queued.load(std::memory_order_relaxed)));
+          service[n].push_back(static_cast<double>(s->service_ns.load(std::memory_order_relaxed)));
+        }
+      }
+      view = load_view(last, current, now - last_ns, table->unit_of, speed, threads, queued, service);
+      view.scaling = false;  // replicas are not added or removed while the run goes on (yet)
+      view.immovable = cycles;
+      view.keys_fixed.assign(run_->graph.nodes.size(), 0);
+      for (const auto& node : run_->graph.nodes) {
+        const auto n = static_cast<std::size_t>(node.index);
+        bool stateful = false;
+        bool overflow = false;
+        for (std::size_t r = 0; r < run_->replica_stats[n].size(); ++r) {
+          stateful = stateful || run_->replica_stats[n][r]->stateful.load();
+          overflow = overflow || current[n][r].key_overflow;
+        }
+        view.keys_fixed[n] = stateful || overflow ? 1 : 0;
+        if (node.out_edges.empty() && !stateful) view.immovable[n] = 1;
+      }
+      last = std::move(current);
+      last_ns = now;
+      // Latency windows: the interval before a move, and around it.
+      const auto buckets = buckets_of(sink_latency());
+      for (auto it = latency_due_.begin(); it != latency_due_.end();) {
+        if (now < it->due_ns) {
+          ++it;
+          continue;
+        }
+        run_->set_move_latency(it->index, window_p99_ms(it->since, buckets));
+        it = latency_due_.erase(it);
+      }
+      latency_before_.push_back(buckets);
+      if (latency_before_.size() > 2) latency_before_.erase(latency_before_.begin());
+      if (adaptive_ && !pending_) {
+        bool idle = false;
+        {
+          std::lock_guard<std::mutex> guard(mutex_);
+          idle = queued_.empty();
+        }
+        if (idle) {
+          for (const auto& move : policy_.decide(view, now)) {
+            std::string why;
+            if (!request(move, &why)) {
+              swarmflow::log::info("placement: %s of stage '%s' not made: %s", placement::to_string(move.kind),
+                                   run_->graph.nodes[static_cast<std::size_t>(move.stage)].decl->id.c_str(), why.c_str());
+            }
+          }
+        }
+      }
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace swarmflow::runtime
