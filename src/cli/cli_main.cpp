@@ -278,6 +278,7 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     swarmflow::cli::HttpViews views;
     views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
     views.state = [&rt] { return api_state(rt); };
+    views.set_speed = [&rt](const std::string& unit, double speed) { return rt.set_unit_speed(unit, speed).message(); };
     metrics = swarmflow::cli::MetricsServer::start("--metrics", args.metrics, std::move(views), &error);
     if (!metrics) {
       std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
@@ -315,6 +316,7 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     swarmflow::cli::HttpViews views;
     views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
     views.state = [&rt] { return api_state(rt); };
+    views.set_speed = [&rt](const std::string& unit, double speed) { return rt.set_unit_speed(unit, speed).message(); };
     views.web = true;
     web = swarmflow::cli::MetricsServer::start("--web", args.web, std::move(views), &error);
     if (!web) {

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 namespace swarmflow::cli {
 
@@ -76,6 +78,31 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& flag, con
             const std::string event = "event: state\ndata: " + state() + "\n\n";
             return sink.write(event.data(), event.size());
           });
+    });
+  }
+  if (views.set_speed) {
+    impl->server.Post(R"(/api/v1/units/([^/]+)/speed)", [set = views.set_speed](const httplib::Request& req,
+                                                                               httplib::Response& res) {
+      const std::string unit = req.matches[1];
+      double speed = 0;
+      std::string error;
+      if (!req.has_param("value")) {
+        error = "give the speed as ?value=S (for example 0.25)";
+      } else {
+        const std::string text = req.get_param_value("value");
+        char* end = nullptr;
+        speed = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == nullptr || *end != '\0') error = "the speed '" + text + "' is not a number";
+      }
+      if (error.empty()) error = set(unit, speed);
+      if (!error.empty()) {
+        res.status = 400;
+        res.set_content("{\"error\": " + nlohmann::json(error).dump() + "}\n", "application/json");
+        return;
+      }
+      res.set_content("{\"unit\": " + nlohmann::json(unit).dump() + ", \"speed\": " + nlohmann::json(speed).dump() +
+                          "}\n",
+                      "application/json");
     });
   }
   if (views.web) {

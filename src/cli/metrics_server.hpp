@@ -16,6 +16,9 @@ namespace swarmflow::cli {
 struct HttpViews {
   std::function<std::string()> metrics;  ///< /metrics: Prometheus text
   std::function<std::string()> state;    ///< /api/v1/state and /api/v1/events: JSON; null: neither
+  /// POST /api/v1/units/<unit>/speed?value=S: sets a unit's speed (an
+  /// error's message, empty on success); null: not served.
+  std::function<std::string(const std::string& unit, double speed)> set_speed;
   bool web = false;                      ///< / serves the web view (web_view.cpp)
   int events_ms = 1000;                  ///< /api/v1/events sends the state this often
 };

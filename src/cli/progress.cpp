@@ -97,6 +97,14 @@ std::string progress_line(const RunReport& now, const RunReport& previous, doubl
     }
     if (s.restarts > 0) line += format(" restarts=%" PRIu64, s.restarts);
   }
+  if (!now.moves.empty()) {
+    const MoveReport& last = now.moves.back();
+    line += format(" | moves %zu", now.moves.size());
+    if (now.moves.size() > previous.moves.size()) {
+      line += format(" (%s %s/%d %s->%s)", last.kind.c_str(), last.stage.c_str(), last.replica, last.from.c_str(),
+                     last.to.c_str());
+    }
+  }
   return line;
 }
 
@@ -231,6 +239,23 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
       const std::string what = f.cause == "left" ? std::string("left") : format("dead (silent %" PRId64 " ms)", f.silent_ms);
       out += format("  %8.2f s  unit %s %s, epoch %u: %s%s%s%s\n", f.detected_s, f.unit.c_str(), what.c_str(), f.epoch, moved.empty() ? "nothing moved" : moved.c_str(),
                     first.c_str(), lost.empty() ? "" : "; lost with it (what they had not sent): ", lost.c_str());
+    }
+  }
+  if (!r.moves.empty()) {
+    out += format("\n  moves: %zu (placement that follows the load)\n", r.moves.size());
+    out += format("  %8s  %-5s %-24s %-14s %9s %5s %11s %11s  %s\n", "at", "kind", "replica", "from -> to", "drain ms",
+                  "keys", "p99 before", "p99 around", "why");
+    constexpr std::size_t kShown = 20;
+    for (std::size_t i = 0; i < r.moves.size(); ++i) {
+      if (i == kShown && r.moves.size() > kShown + 1) {
+        out += format("  ... %zu more in the report's moves[]\n", r.moves.size() - kShown - 1);
+        i = r.moves.size() - 1;
+      }
+      const MoveReport& m = r.moves[i];
+      auto ms = [](double v) { return v >= 0 ? format("%.2f", v) : std::string("-"); };
+      out += format("  %7.2fs  %-5s %-24s %-14s %9.2f %5" PRIu64 " %11s %11s  %s\n", m.at_s, m.kind.c_str(),
+                    (m.stage + "/" + std::to_string(m.replica)).c_str(), (m.from + " -> " + m.to).c_str(), m.drain_ms,
+                    m.keys, ms(m.latency_p99_before_ms).c_str(), ms(m.latency_p99_around_ms).c_str(), m.why.c_str());
     }
   }
   for (const auto& c : r.consensus) {
