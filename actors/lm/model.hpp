@@ -11,6 +11,8 @@
 
 #include <swarmflow/status.hpp>
 
+#include "lm/matmul.hpp"
+
 namespace swarmflow::lm {
 
 /// Sizes and hyperparameters stored in the model file.
@@ -92,6 +94,13 @@ class Model {
   /// whatever else is in the batch, so batching never changes a result.
   void forward(const std::vector<ForwardItem>& items, std::vector<float>& logits) const;
 
+  /// The matrix-product kernel in use: the best this CPU runs, unless
+  /// `use_kernel` chose another (tests compare them).
+  Kernel kernel() const { return kernel_; }
+  /// Repacks the weights for `kernel`; false (and nothing changes) when
+  /// this CPU does not run it.
+  bool use_kernel(Kernel kernel);
+
  private:
   struct Layer {
     const float* attn_norm;
@@ -103,6 +112,10 @@ class Model {
     const float* w1;
     const float* w2;
     const float* w3;
+    PackedMatrix qkv;  ///< wq, wk and wv stacked: one product for the three
+    PackedMatrix o;
+    PackedMatrix w13;  ///< w1 and w3 stacked
+    PackedMatrix w2_packed;
   };
 
   ModelConfig config_;
@@ -114,6 +127,10 @@ class Model {
   std::vector<Layer> layers_;
   /// Fills rope_cos_ / rope_sin_ from the config.
   void make_rope();
+  /// Packs the weight matrices for kernel_.
+  void pack();
+  Kernel kernel_ = best_kernel();
+  PackedMatrix packed_output_;
   std::vector<float> rope_cos_;  // [position][head_dim / 2]
   std::vector<float> rope_sin_;
 };

@@ -1,0 +1,222 @@
+#include "lm/matmul.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define SWARMFLOW_LM_X86 1
+#define SWARMFLOW_LM_AVX2 __attribute__((target("avx2,fma")))
+#define SWARMFLOW_LM_AVX512 __attribute__((target("avx512f")))
+#endif
+
+namespace swarmflow::lm {
+
+namespace {
+
+int panel_of(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx512: return 64;  // 4 zmm registers per token
+    case Kernel::avx2: return 32;    // 4 ymm registers per token
+    case Kernel::portable: break;
+  }
+  return 16;
+}
+
+/// Copies the first `n` values of each of `rows` rows of `tile` (rows of
+/// `panel` floats) to y (rows of `out` floats) at column `o0`.
+void put(const float* tile, int rows, int panel, int n, float* y, int out, int o0) {
+  for (int t = 0; t < rows; ++t) {
+    std::memcpy(y + static_cast<std::ptrdiff_t>(t) * out + o0, tile + static_cast<std::ptrdiff_t>(t) * panel,
+                sizeof(float) * static_cast<std::size_t>(n));
+  }
+}
+
+// Portable: 16 outputs at a time, one token at a time; the compiler may
+// vectorise the inner loop, which keeps each value's order.
+void matmul_portable(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 16;
+  const int in = w.in(), out = w.out();
+  float acc[P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    for (int t = 0; t < rows; ++t) {
+      const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+      for (int j = 0; j < P; ++j) acc[j] = xt[0] * wp[j];
+      for (int k = 1; k < in; ++k) {
+        const float xv = xt[k];
+        const float* wk = wp + static_cast<std::ptrdiff_t>(k) * P;
+        for (int j = 0; j < P; ++j) acc[j] += xv * wk[j];
+      }
+      put(acc, 1, P, std::min(P, out - o0), y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+  }
+}
+
+#if defined(SWARMFLOW_LM_X86)
+
+// AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 3.
+template <int NT>
+SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m256 acc[NT][4];
+  for (int i = 0; i < NT; ++i) {
+    const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx);
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm256_mul_ps(xb, _mm256_load_ps(wp + 8 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 32;
+    const __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8), w2 = _mm256_load_ps(wk + 16),
+                 w3 = _mm256_load_ps(wk + 24);
+    for (int i = 0; i < NT; ++i) {
+      const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx + k);
+      acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(xb, w1, acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(xb, w2, acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(xb, w3, acc[i][3]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(tile + i * 32 + 8 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 32;
+  const int in = w.in(), out = w.out();
+  alignas(32) float tile[3 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 3 <= rows; t += 3) {
+      tile_avx2<3>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 3, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    if (rows - t == 2) tile_avx2<2>(xt, ldx, in, wp, tile);
+    if (rows - t == 1) tile_avx2<1>(xt, ldx, in, wp, tile);
+    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+  }
+}
+
+// AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6.
+template <int NT>
+SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m512 acc[NT][4];
+  for (int i = 0; i < NT; ++i) {
+    const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_mul_ps(xb, _mm512_load_ps(wp + 16 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 64;
+    const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32),
+                 w3 = _mm512_load_ps(wk + 48);
+    for (int i = 0; i < NT; ++i) {
+      const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
+      acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(xb, w2, acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(xb, w3, acc[i][3]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(tile + i * 64 + 16 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 64;
+  const int in = w.in(), out = w.out();
+  alignas(64) float tile[6 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 6 <= rows; t += 6) {
+      tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 6, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    switch (rows - t) {
+      case 5: tile_avx512<5>(xt, ldx, in, wp, tile); break;
+      case 4: tile_avx512<4>(xt, ldx, in, wp, tile); break;
+      case 3: tile_avx512<3>(xt, ldx, in, wp, tile); break;
+      case 2: tile_avx512<2>(xt, ldx, in, wp, tile); break;
+      case 1: tile_avx512<1>(xt, ldx, in, wp, tile); break;
+      default: break;
+    }
+    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+  }
+}
+
+#endif
+
+}  // namespace
+
+bool kernel_supported(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::portable: return true;
+#if defined(SWARMFLOW_LM_X86)
+    case Kernel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Kernel::avx512: return __builtin_cpu_supports("avx512f");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Kernel best_kernel() {
+  static const Kernel best = [] {
+    for (Kernel k : {Kernel::avx512, Kernel::avx2}) {
+      if (kernel_supported(k)) return k;
+    }
+    return Kernel::portable;
+  }();
+  return best;
+}
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx512: return "avx512";
+    case Kernel::avx2: return "avx2";
+    case Kernel::portable: break;
+  }
+  return "portable";
+}
+
+void PackedMatrix::Free::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+
+PackedMatrix::PackedMatrix(const std::vector<std::pair<int, const float*>>& parts, int in, Kernel kernel)
+    : in_(in), panel_(panel_of(kernel)), kernel_(kernel) {
+  for (const auto& part : parts) out_ += part.first;
+  const int panels = (out_ + panel_ - 1) / panel_;
+  const std::size_t size = static_cast<std::size_t>(panels) * panel_ * in_;
+  float* p = static_cast<float*>(::operator new[](sizeof(float) * std::max<std::size_t>(size, 1), std::align_val_t{64}));
+  std::fill(p, p + size, 0.0f);
+  data_ = std::shared_ptr<float>(p, Free{});
+  int row = 0;
+  for (const auto& part : parts) {
+    for (int r = 0; r < part.first; ++r, ++row) {
+      const float* src = part.second + static_cast<std::ptrdiff_t>(r) * in_;
+      float* dst = p + static_cast<std::ptrdiff_t>(row / panel_) * in_ * panel_ + row % panel_;
+      for (int k = 0; k < in_; ++k) dst[static_cast<std::ptrdiff_t>(k) * panel_] = src[k];
+    }
+  }
+}
+
+void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_stride) {
+  const int ldx = x_stride > 0 ? x_stride : w.in();
+  if (rows <= 0 || w.out() == 0) return;
+  switch (w.kernel()) {
+#if defined(SWARMFLOW_LM_X86)
+    case Kernel::avx512: matmul_avx512(x, rows, w, y, ldx); return;
+    case Kernel::avx2: matmul_avx2(x, rows, w, y, ldx); return;
+#endif
+    default: matmul_portable(x, rows, w, y, ldx); return;
+  }
+}
+
+}  // namespace swarmflow::lm

@@ -1,0 +1,87 @@
+// The lm pack's matrix product: every kernel this CPU runs gives each row
+// the same bits whatever batch it is computed in, and the right values.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lm/matmul.hpp"
+
+namespace swarmflow::lm {
+namespace {
+
+std::vector<Kernel> kernels_here() {
+  std::vector<Kernel> out;
+  for (Kernel k : {Kernel::portable, Kernel::avx2, Kernel::avx512}) {
+    if (kernel_supported(k)) out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+TEST(LmMatmul, ThePortableKernelIsAlwaysThereAndTheBestIsSupported) {
+  EXPECT_TRUE(kernel_supported(Kernel::portable));
+  EXPECT_TRUE(kernel_supported(best_kernel()));
+  EXPECT_STREQ(kernel_name(Kernel::avx512), "avx512");
+}
+
+TEST(LmMatmul, EachRowIsTheSameAloneOrInAnyBatchAndMatchesTheSum) {
+  std::mt19937 rng(7);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (auto [out, in] : {std::pair{1, 1}, {17, 5}, {64, 128}, {257, 128}, {128, 384}, {100, 33}}) {
+      // Two stacked parts, as the model stacks wq, wk and wv.
+      const int top = out / 3;
+      const std::vector<float> w = random_floats(static_cast<std::size_t>(out) * in, rng);
+      const PackedMatrix packed({{top, w.data()}, {out - top, w.data() + static_cast<std::ptrdiff_t>(top) * in}}, in,
+                                kernel);
+      ASSERT_EQ(packed.out(), out);
+      ASSERT_EQ(packed.in(), in);
+      constexpr int kRows = 13;
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(kRows) * in, rng);
+      // Each row alone.
+      std::vector<float> alone(static_cast<std::size_t>(kRows) * out);
+      for (int t = 0; t < kRows; ++t) {
+        matmul(x.data() + static_cast<std::ptrdiff_t>(t) * in, 1, packed, alone.data() + static_cast<std::ptrdiff_t>(t) * out);
+      }
+      for (int t = 0; t < kRows; ++t) {
+        for (int o = 0; o < out; ++o) {
+          double sum = 0;
+          for (int k = 0; k < in; ++k) {
+            sum += static_cast<double>(x[static_cast<std::size_t>(t) * in + k]) * w[static_cast<std::size_t>(o) * in + k];
+          }
+          ASSERT_NEAR(alone[static_cast<std::size_t>(t) * out + o], sum, 1e-5 * in) << "row " << t << " out " << o;
+        }
+      }
+      // Every batch size from 1 to kRows, starting at every row: the same bits.
+      for (int rows = 2; rows <= kRows; ++rows) {
+        for (int first = 0; first + rows <= kRows; first += 5) {
+          std::vector<float> y(static_cast<std::size_t>(rows) * out, -1.0f);
+          matmul(x.data() + static_cast<std::ptrdiff_t>(first) * in, rows, packed, y.data());
+          const std::vector<float> want(alone.begin() + static_cast<std::ptrdiff_t>(first) * out,
+                                        alone.begin() + static_cast<std::ptrdiff_t>(first + rows) * out);
+          ASSERT_EQ(y, want) << rows << " rows from row " << first;
+        }
+      }
+      // Rows further apart than their length (x_stride).
+      std::vector<float> wide(static_cast<std::size_t>(kRows) * (in + 3), 0.0f);
+      for (int t = 0; t < kRows; ++t) {
+        std::copy(x.begin() + static_cast<std::ptrdiff_t>(t) * in, x.begin() + static_cast<std::ptrdiff_t>(t + 1) * in,
+                  wide.begin() + static_cast<std::ptrdiff_t>(t) * (in + 3));
+      }
+      std::vector<float> y(static_cast<std::size_t>(kRows) * out);
+      matmul(wide.data(), kRows, packed, y.data(), in + 3);
+      EXPECT_EQ(y, alone);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace swarmflow::lm
