@@ -1,6 +1,7 @@
 #include "lm/matmul.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -52,6 +53,35 @@ void matmul_portable(const float* x, int rows, const PackedMatrix& w, float* y, 
       }
       put(acc, 1, P, std::min(P, out - o0), y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
+  }
+}
+
+/// The softmax of scores[0..n) in place (max subtracted, then normalised).
+void softmax(float* scores, int n) {
+  float mx = scores[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, scores[j]);
+  float sum = 0;
+  for (int j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  for (int j = 0; j < n; ++j) scores[j] /= sum;
+}
+
+void attend_portable(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int hd,
+                     float scale, float* scores, float* out) {
+  for (int j = 0; j < n; ++j) {
+    const float* kj = k + j * stride;
+    float dot = 0;
+    for (int i = 0; i < hd; ++i) dot += q[i] * kj[i];
+    scores[j] = dot * scale;
+  }
+  softmax(scores, n);
+  std::fill(out, out + hd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const float a = scores[j];
+    const float* vj = v + j * stride;
+    for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
   }
 }
 
@@ -151,6 +181,27 @@ SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMat
   }
 }
 
+
+// Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
+// a head is a few vectors long, and wider ones gain nothing here).
+SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n,
+                                   int hd, float scale, float* scores, float* out) {
+  for (int j = 0; j < n; ++j) {
+    const float* kj = k + j * stride;
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kj));
+    for (int i = 8; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), acc);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    scores[j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) * scale;
+  }
+  softmax(scores, n);
+  for (int i = 0; i < hd; i += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), _mm256_loadu_ps(v + j * stride + i), acc);
+    _mm256_storeu_ps(out + i, acc);
+  }
+}
+
 #endif
 
 }  // namespace
@@ -160,7 +211,8 @@ bool kernel_supported(Kernel kernel) {
     case Kernel::portable: return true;
 #if defined(SWARMFLOW_LM_X86)
     case Kernel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case Kernel::avx512: return __builtin_cpu_supports("avx512f");
+    case Kernel::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     default: return false;
 #endif
@@ -217,6 +269,22 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 #endif
     default: matmul_portable(x, rows, w, y, ldx); return;
   }
+}
+
+}  // namespace swarmflow::lm
+
+namespace swarmflow::lm {
+
+void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int head_dim, float scale,
+            float* scores, float* out, Kernel kernel) {
+  if (n <= 0) {
+    std::fill(out, out + head_dim, 0.0f);
+    return;
+  }
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel != Kernel::portable && head_dim % 8 == 0) return attend_avx2(q, k, v, stride, n, head_dim, scale, scores, out);
+#endif
+  attend_portable(q, k, v, stride, n, head_dim, scale, scores, out);
 }
 
 }  // namespace swarmflow::lm

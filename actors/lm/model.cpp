@@ -8,8 +8,6 @@
 #include <fstream>
 #include <iterator>
 
-#include <Eigen/Core>
-
 
 namespace swarmflow::lm {
 
@@ -59,8 +57,6 @@ class Reader {
   std::size_t pos_ = 0;
   bool short_ = false;
 };
-
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
 
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
   double ss = 0;
@@ -430,24 +426,8 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       scores.resize(static_cast<std::size_t>(n));
       for (int hh = 0; hh < c.heads; ++hh) {
         const int kvh = hh / group;
-        const ConstVec qh(&qkv[t * qkv_dim + static_cast<std::size_t>(hh) * hd], hd);
-        float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = qh.dot(ConstVec(kbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd, hd)) * scale;
-          mx = std::max(mx, scores[j]);
-        }
-        float sum = 0;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
-        }
-        float* out = &att[t * d + static_cast<std::size_t>(hh) * hd];
-        std::fill(out, out + hd, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          const float a = scores[j] / sum;
-          const float* vj = vbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd;
-          for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
-        }
+        attend(&qkv[t * qkv_dim + static_cast<std::size_t>(hh) * hd], kbase + kvh * hd, vbase + kvh * hd, kv, n, hd,
+               scale, scores.data(), &att[t * d + static_cast<std::size_t>(hh) * hd], kernel_);
       }
     }
     matmul(att.data(), total, L.o, tmp.data());

@@ -83,5 +83,37 @@ TEST(LmMatmul, EachRowIsTheSameAloneOrInAnyBatchAndMatchesTheSum) {
   }
 }
 
+TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
+  std::mt19937 rng(11);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (int hd : {32, 12, 64}) {
+      for (int n : {1, 7, 40}) {
+        const int stride = 3 * hd;  // heads side by side, as in the KV cache
+        const std::vector<float> q = random_floats(static_cast<std::size_t>(hd), rng);
+        const std::vector<float> k = random_floats(static_cast<std::size_t>(n) * stride, rng);
+        const std::vector<float> v = random_floats(static_cast<std::size_t>(n) * stride, rng);
+        const float scale = 0.5f;
+        std::vector<float> scores(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(hd));
+        attend(q.data(), k.data() + hd, v.data() + hd, stride, n, hd, scale, scores.data(), out.data(), kernel);
+        std::vector<double> p(static_cast<std::size_t>(n));
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) dot += static_cast<double>(q[i]) * k[static_cast<std::size_t>(j) * stride + hd + i];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < hd; ++i) {
+          double want = 0;
+          for (int j = 0; j < n; ++j) want += p[j] / sum * v[static_cast<std::size_t>(j) * stride + hd + i];
+          ASSERT_NEAR(out[i], want, 1e-5) << "head_dim " << hd << ", " << n << " positions, value " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace swarmflow::lm
