@@ -182,6 +182,73 @@ SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMat
 }
 
 
+/// e^x in each lane (Cephes' expf: x = n ln 2 + r, a degree-7 polynomial
+/// in r, times 2^n), within 2 ulp; lanes below -87.3 give 2^-126.
+SWARMFLOW_LM_AVX2 inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f)), _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/// Loads lanes [0, n) of p (n < 8), the others `fill`.
+SWARMFLOW_LM_AVX2 inline __m256 load_part(const float* p, int n, float fill) {
+  alignas(32) float buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = i < n ? p[i] : fill;
+  return _mm256_load_ps(buf);
+}
+
+SWARMFLOW_LM_AVX2 inline float sum_lanes(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+SWARMFLOW_LM_AVX2 void softmax_avx2(float* scores, int n) {
+  float mx = scores[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, scores[j]);
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), m));
+    _mm256_storeu_ps(scores + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < n) {
+    alignas(32) float e[8];
+    // The lanes past the end are computed on a copy and left out of the sum.
+    _mm256_store_ps(e, exp_avx2(_mm256_sub_ps(load_part(scores + j, n - j, mx), m)));
+    for (int i = j; i < n; ++i) scores[i] = e[i - j];
+    sum = _mm256_add_ps(sum, load_part(e, n - j, 0.0f));
+  }
+  const __m256 total = _mm256_set1_ps(sum_lanes(sum));
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, _mm256_div_ps(_mm256_loadu_ps(scores + j), total));
+  const float t = _mm_cvtss_f32(_mm256_castps256_ps128(total));
+  for (; j < n; ++j) scores[j] /= t;
+}
+
+SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(gate + i);
+    const __m256 sig = _mm256_div_ps(a, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), a))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(sig, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 // Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
 // a head is a few vectors long, and wider ones gain nothing here).
 SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n,
@@ -190,11 +257,9 @@ SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* k, const float* 
     const float* kj = k + j * stride;
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kj));
     for (int i = 8; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), acc);
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    scores[j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) * scale;
+    scores[j] = sum_lanes(acc) * scale;
   }
-  softmax(scores, n);
+  softmax_avx2(scores, n);
   for (int i = 0; i < hd; i += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), _mm256_loadu_ps(v + j * stride + i), acc);
@@ -285,6 +350,19 @@ void attend(const float* q, const float* k, const float* v, std::ptrdiff_t strid
   if (kernel != Kernel::portable && head_dim % 8 == 0) return attend_avx2(q, k, v, stride, n, head_dim, scale, scores, out);
 #endif
   attend_portable(q, k, v, stride, n, head_dim, scale, scores, out);
+}
+
+}  // namespace swarmflow::lm
+
+namespace swarmflow::lm {
+
+void swiglu(float* gate, const float* up, int n, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel != Kernel::portable) return swiglu_avx2(gate, up, n);
+#else
+  (void)kernel;
+#endif
+  for (int i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 }  // namespace swarmflow::lm

@@ -67,4 +67,7 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int head_dim, float scale,
             float* scores, float* out, Kernel kernel);
 
+/// SwiGLU in place: gate[i] = silu(gate[i]) * up[i] for i < n.
+void swiglu(float* gate, const float* up, int n, Kernel kernel);
+
 }  // namespace swarmflow::lm

@@ -437,10 +437,7 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
     const int hidden = c.hidden;
     for (std::size_t t = 0; t < T; ++t) {
       float* h1 = &h13[t * 2 * hidden];  // then h3 = h1 + hidden; SwiGLU into h1
-      for (int i = 0; i < hidden; ++i) {
-        const float a = h1[i];
-        h1[i] = a / (1.0f + std::exp(-a)) * h1[hidden + i];
-      }
+      swiglu(h1, h1 + hidden, hidden, kernel_);
     }
     matmul(h13.data(), total, L.w2_packed, tmp.data(), 2 * hidden);
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
