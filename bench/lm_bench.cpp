@@ -5,6 +5,7 @@
 // the steady clock.
 //
 //   swarmflow_bench_lm [--model models/devil-1m.sflm] [--requests 32] [--max-tokens 64]
+//                      [--kernel portable|avx2|avx512]   (default: the best this CPU runs)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,10 +38,12 @@ int main(int argc, char** argv) {
   std::string model_path = "models/devil-1m.sflm";
   int requests = 32;
   int max_tokens = 64;
+  std::string kernel;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--model") == 0) model_path = argv[i + 1];
     if (std::strcmp(argv[i], "--requests") == 0) requests = std::stoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--max-tokens") == 0) max_tokens = std::stoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--kernel") == 0) kernel = argv[i + 1];
   }
   swarmflow::lm::Model model;
   const swarmflow::Status s = swarmflow::lm::Model::load(model_path, model);
@@ -48,8 +51,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
   }
-  std::printf("model %s: %lld parameters; %d requests of %d tokens, greedy, all submitted at once\n",
-              model_path.c_str(), static_cast<long long>(model.parameter_count()), requests, max_tokens);
+  if (!kernel.empty()) {
+    bool known = false;
+    for (auto k : {swarmflow::lm::Kernel::portable, swarmflow::lm::Kernel::avx2, swarmflow::lm::Kernel::avx512}) {
+      if (kernel != swarmflow::lm::kernel_name(k)) continue;
+      known = true;
+      if (!model.use_kernel(k)) {
+        std::fprintf(stderr, "this CPU does not run the %s kernel\n", kernel.c_str());
+        return 1;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "--kernel is portable, avx2 or avx512, not %s\n", kernel.c_str());
+      return 2;
+    }
+  }
+  std::printf("model %s: %lld parameters; %d requests of %d tokens, greedy, all submitted at once; %s kernel\n",
+              model_path.c_str(), static_cast<long long>(model.parameter_count()), requests, max_tokens,
+              swarmflow::lm::kernel_name(model.kernel()));
   std::printf("%-10s %10s %10s %12s %12s %12s %12s\n", "max_size", "tokens/s", "x alone", "TTFT p50 ms",
               "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms");
   double alone = 0;
