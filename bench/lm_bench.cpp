@@ -5,7 +5,7 @@
 // the steady clock.
 //
 //   swarmflow_bench_lm [--model models/devil-1m.sflm] [--requests 32] [--max-tokens 64]
-//                      [--kernel portable|avx2|avx512]   (default: the best this CPU runs)
+//                      [--kernel portable|sse2|avx2|avx512]   (default: the best this CPU runs)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   }
   if (!kernel.empty()) {
     bool known = false;
-    for (auto k : {swarmflow::lm::Kernel::portable, swarmflow::lm::Kernel::avx2, swarmflow::lm::Kernel::avx512}) {
+    for (auto k : swarmflow::lm::all_kernels()) {
       if (kernel != swarmflow::lm::kernel_name(k)) continue;
       known = true;
       if (!model.use_kernel(k)) {
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!known) {
-      std::fprintf(stderr, "--kernel is portable, avx2 or avx512, not %s\n", kernel.c_str());
+      std::fprintf(stderr, "--kernel is portable, sse2, avx2 or avx512, not %s\n", kernel.c_str());
       return 2;
     }
   }

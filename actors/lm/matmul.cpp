@@ -11,6 +11,7 @@
 #define SWARMFLOW_LM_X86 1
 #define SWARMFLOW_LM_AVX2 __attribute__((target("avx2,fma")))
 #define SWARMFLOW_LM_AVX512 __attribute__((target("avx512f")))
+#define SWARMFLOW_LM_SSE2 __attribute__((target("sse2")))
 #endif
 
 namespace swarmflow::lm {
@@ -21,6 +22,7 @@ int panel_of(Kernel kernel) {
   switch (kernel) {
     case Kernel::avx512: return 64;  // 4 zmm registers per token
     case Kernel::avx2: return 32;    // 4 ymm registers per token
+    case Kernel::sse2: return 16;    // 4 xmm registers per token
     case Kernel::portable: break;
   }
   return 16;
@@ -86,6 +88,50 @@ void attend_portable(const float* q, const float* k, const float* v, std::ptrdif
 }
 
 #if defined(SWARMFLOW_LM_X86)
+
+// SSE2 (every x86-64): a tile of NT tokens by 16 outputs (4 xmm each),
+// NT <= 3; a multiply then an add, as SSE2 has no FMA.
+template <int NT>
+SWARMFLOW_LM_SSE2 void tile_sse2(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m128 acc[NT][4];
+  for (int i = 0; i < NT; ++i) {
+    const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm_mul_ps(xb, _mm_load_ps(wp + 4 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 16;
+    const __m128 w0 = _mm_load_ps(wk), w1 = _mm_load_ps(wk + 4), w2 = _mm_load_ps(wk + 8), w3 = _mm_load_ps(wk + 12);
+    for (int i = 0; i < NT; ++i) {
+      const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
+      acc[i][0] = _mm_add_ps(acc[i][0], _mm_mul_ps(xb, w0));
+      acc[i][1] = _mm_add_ps(acc[i][1], _mm_mul_ps(xb, w1));
+      acc[i][2] = _mm_add_ps(acc[i][2], _mm_mul_ps(xb, w2));
+      acc[i][3] = _mm_add_ps(acc[i][3], _mm_mul_ps(xb, w3));
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    for (int v = 0; v < 4; ++v) _mm_storeu_ps(tile + i * 16 + 4 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_SSE2 void matmul_sse2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 16;
+  const int in = w.in(), out = w.out();
+  alignas(16) float tile[3 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 3 <= rows; t += 3) {
+      tile_sse2<3>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 3, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    if (rows - t == 2) tile_sse2<2>(xt, ldx, in, wp, tile);
+    if (rows - t == 1) tile_sse2<1>(xt, ldx, in, wp, tile);
+    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+  }
+}
 
 // AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 3.
 template <int NT>
@@ -275,6 +321,7 @@ bool kernel_supported(Kernel kernel) {
   switch (kernel) {
     case Kernel::portable: return true;
 #if defined(SWARMFLOW_LM_X86)
+    case Kernel::sse2: return __builtin_cpu_supports("sse2");
     case Kernel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Kernel::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -287,7 +334,7 @@ bool kernel_supported(Kernel kernel) {
 
 Kernel best_kernel() {
   static const Kernel best = [] {
-    for (Kernel k : {Kernel::avx512, Kernel::avx2}) {
+    for (Kernel k : {Kernel::avx512, Kernel::avx2, Kernel::sse2}) {
       if (kernel_supported(k)) return k;
     }
     return Kernel::portable;
@@ -299,10 +346,13 @@ const char* kernel_name(Kernel kernel) {
   switch (kernel) {
     case Kernel::avx512: return "avx512";
     case Kernel::avx2: return "avx2";
+    case Kernel::sse2: return "sse2";
     case Kernel::portable: break;
   }
   return "portable";
 }
+
+std::vector<Kernel> all_kernels() { return {Kernel::portable, Kernel::sse2, Kernel::avx2, Kernel::avx512}; }
 
 void PackedMatrix::Free::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
 
@@ -331,6 +381,7 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 #if defined(SWARMFLOW_LM_X86)
     case Kernel::avx512: matmul_avx512(x, rows, w, y, ldx); return;
     case Kernel::avx2: matmul_avx2(x, rows, w, y, ldx); return;
+    case Kernel::sse2: matmul_sse2(x, rows, w, y, ldx); return;
 #endif
     default: matmul_portable(x, rows, w, y, ldx); return;
   }
@@ -347,7 +398,7 @@ void attend(const float* q, const float* k, const float* v, std::ptrdiff_t strid
     return;
   }
 #if defined(SWARMFLOW_LM_X86)
-  if (kernel != Kernel::portable && head_dim % 8 == 0) return attend_avx2(q, k, v, stride, n, head_dim, scale, scores, out);
+  if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) return attend_avx2(q, k, v, stride, n, head_dim, scale, scores, out);
 #endif
   attend_portable(q, k, v, stride, n, head_dim, scale, scores, out);
 }
@@ -358,7 +409,7 @@ namespace swarmflow::lm {
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {
 #if defined(SWARMFLOW_LM_X86)
-  if (kernel != Kernel::portable) return swiglu_avx2(gate, up, n);
+  if (kernel == Kernel::avx2 || kernel == Kernel::avx512) return swiglu_avx2(gate, up, n);
 #else
   (void)kernel;
 #endif

@@ -5,8 +5,8 @@
 /// product, a batch a matrix-matrix product over the same packed weights:
 /// the weights are streamed once per step whatever the batch, and a tile of
 /// tokens shares every weight load. The kernel is chosen at run time from
-/// what the CPU offers (AVX-512, AVX2 with FMA, or portable code), so the
-/// build needs no -march flag.
+/// what the CPU offers (AVX-512, AVX2 with FMA, SSE2, or portable code), so
+/// the build needs no -march flag.
 ///
 /// Each output value is one chain of multiply-adds over the input in order
 /// (y = x[0]w[0], then y += x[k]w[k] for k = 1..in-1), whatever tile or
@@ -20,13 +20,16 @@
 namespace swarmflow::lm {
 
 /// A matrix-product kernel. Higher values need newer CPUs.
-enum class Kernel { portable = 0, avx2 = 1, avx512 = 2 };
+enum class Kernel { portable = 0, sse2 = 1, avx2 = 2, avx512 = 3 };
+
+/// Every kernel, whether this CPU runs it or not.
+std::vector<Kernel> all_kernels();
 
 /// The best kernel this CPU runs.
 Kernel best_kernel();
 /// Whether this CPU runs `kernel`.
 bool kernel_supported(Kernel kernel);
-/// "portable", "avx2" or "avx512".
+/// "portable", "sse2", "avx2" or "avx512".
 const char* kernel_name(Kernel kernel);
 
 /// A weight matrix ([out][in], row-major, several stacked) repacked for one

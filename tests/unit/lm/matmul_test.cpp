@@ -13,7 +13,7 @@ namespace {
 
 std::vector<Kernel> kernels_here() {
   std::vector<Kernel> out;
-  for (Kernel k : {Kernel::portable, Kernel::avx2, Kernel::avx512}) {
+  for (Kernel k : all_kernels()) {
     if (kernel_supported(k)) out.push_back(k);
   }
   return out;

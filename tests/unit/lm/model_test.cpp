@@ -110,7 +110,7 @@ TEST_F(LmModel, LogitsMatchThePyTorchReference) {
   const Tokenizer tok(model_->pieces(), model_->config().bos);
   // Every matrix-product kernel this CPU runs, not only the one in use.
   const Kernel best = model_->kernel();
-  for (Kernel kernel : {Kernel::portable, Kernel::avx2, Kernel::avx512}) {
+  for (Kernel kernel : all_kernels()) {
     if (!model_->use_kernel(kernel)) continue;
     for (const ReferencePrompt& p : ref) {
       EXPECT_EQ(tok.encode(p.text, true), p.ids) << p.text;
