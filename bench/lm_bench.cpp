@@ -10,12 +10,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include "lm/engine.hpp"
 
 namespace {
+
+std::int64_t cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -103,6 +110,36 @@ int main(int argc, char** argv) {
     if (size == 1) alone = rate;
     std::printf("%-10d %10.0f %10.2f %12.1f %12.1f %12.2f %12.2f\n", size, rate, rate / alone, percentile(ttft, 0.5),
                 percentile(ttft, 0.99), percentile(tpot, 0.5), percentile(tpot, 0.99));
+  }
+
+  // The cost of one decoding step by batch size, on this thread's CPU time
+  // (time the machine gave other processes is not counted, so the figures
+  // hold on a shared machine): B sequences of a 40-token prompt each decode
+  // 64 tokens; the best of 5 rounds.
+  std::printf("\ndecoding step, thread CPU time (best of 5 rounds of 64 steps; context 40 to 104 tokens)\n");
+  std::printf("%-10s %12s %14s %16s\n", "batch", "step us", "us per token", "token cost x 1");
+  double single = 0;
+  for (int batch : {1, 2, 4, 6, 8, 12, 16}) {
+    std::vector<swarmflow::lm::KvCache> caches;
+    for (int i = 0; i < batch; ++i) caches.emplace_back(model.config(), 40 + 64);
+    std::vector<int> prompt(40);
+    for (int i = 0; i < 40; ++i) prompt[i] = 'a' + i % 26;
+    std::vector<float> logits;
+    const int token = 'e';
+    double best = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      for (auto& c : caches) {
+        c.clear();
+        model.forward({swarmflow::lm::ForwardItem{&c, prompt.data(), 40, false}}, logits);
+      }
+      std::vector<swarmflow::lm::ForwardItem> items;
+      for (auto& c : caches) items.push_back(swarmflow::lm::ForwardItem{&c, &token, 1, false});
+      const std::int64_t t0 = cpu_ns();
+      for (int step = 0; step < 64; ++step) model.forward(items, logits);
+      best = std::min(best, static_cast<double>(cpu_ns() - t0) / 64 / 1e3);
+    }
+    if (batch == 1) single = best;
+    std::printf("%-10d %12.1f %14.1f %16.2f\n", batch, best, best / batch, best / batch / single);
   }
   return 0;
 }

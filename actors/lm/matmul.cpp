@@ -298,18 +298,28 @@ SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
 // Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
 // a head is a few vectors long, and wider ones gain nothing here).
 SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n,
-                                   int hd, float scale, float* scores, float* out) {
+                                   int heads, int group, int hd, float scale, float* scores, float* out) {
+  // Position by position, every head: each cached row is read once, in order.
   for (int j = 0; j < n; ++j) {
     const float* kj = k + j * stride;
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kj));
-    for (int i = 8; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kj + i), acc);
-    scores[j] = sum_lanes(acc) * scale;
+    for (int h = 0; h < heads; ++h) {
+      const float* qh = q + h * hd;
+      const float* kh = kj + (h / group) * hd;
+      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kh));
+      for (int i = 8; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(kh + i), acc);
+      scores[h * n + j] = sum_lanes(acc) * scale;
+    }
   }
-  softmax_avx2(scores, n);
-  for (int i = 0; i < hd; i += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), _mm256_loadu_ps(v + j * stride + i), acc);
-    _mm256_storeu_ps(out + i, acc);
+  for (int h = 0; h < heads; ++h) softmax_avx2(scores + h * n, n);
+  std::fill(out, out + heads * hd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const float* vj = v + j * stride;
+    for (int h = 0; h < heads; ++h) {
+      const __m256 a = _mm256_set1_ps(scores[h * n + j]);
+      const float* vh = vj + (h / group) * hd;
+      float* oh = out + h * hd;
+      for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
+    }
   }
 }
 
@@ -391,16 +401,24 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 
 namespace swarmflow::lm {
 
-void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int head_dim, float scale,
-            float* scores, float* out, Kernel kernel) {
+void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int heads, int kv_heads,
+            int head_dim, float scale, float* scores, float* out, Kernel kernel) {
+  const int group = heads / kv_heads;
   if (n <= 0) {
-    std::fill(out, out + head_dim, 0.0f);
+    std::fill(out, out + heads * head_dim, 0.0f);
     return;
   }
 #if defined(SWARMFLOW_LM_X86)
-  if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) return attend_avx2(q, k, v, stride, n, head_dim, scale, scores, out);
+  if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
+    return attend_avx2(q, k, v, stride, n, heads, group, head_dim, scale, scores, out);
+  }
+#else
+  (void)kernel;
 #endif
-  attend_portable(q, k, v, stride, n, head_dim, scale, scores, out);
+  for (int h = 0; h < heads; ++h) {
+    const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(h / group) * head_dim;
+    attend_portable(q + h * head_dim, k + at, v + at, stride, n, head_dim, scale, scores + h * n, out + h * head_dim);
+  }
 }
 
 }  // namespace swarmflow::lm

@@ -63,12 +63,14 @@ class PackedMatrix {
 /// ([rows][w.out()]), with the kernel `w` was packed for.
 void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_stride = 0);
 
-/// One head's attention for one token: out = sum over j < n of
-/// softmax_j(scale * q . k_j) v_j, where k_j = k + j * stride and v_j =
-/// v + j * stride (head_dim floats each). `scores` has room for n floats.
-/// It depends on nothing but its arguments, so not on the batch.
-void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int head_dim, float scale,
-            float* scores, float* out, Kernel kernel);
+/// Attention of one token over its n cached positions, every head: head h
+/// (reading KV head h / (heads / kv_heads)) gets out[h] = sum over j < n of
+/// softmax_j(scale * q[h] . k_j) v_j. q and out hold heads x head_dim
+/// floats; k_j = k + j * stride and v_j = v + j * stride hold kv_heads x
+/// head_dim. `scores` has room for heads x n floats. It depends on nothing
+/// but its arguments, so not on the batch.
+void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int heads, int kv_heads,
+            int head_dim, float scale, float* scores, float* out, Kernel kernel);
 
 /// SwiGLU in place: gate[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(float* gate, const float* up, int n, Kernel kernel);

@@ -361,7 +361,6 @@ Status Model::parse_llama2c(const std::string& name, const std::vector<std::uint
 void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& logits) const {
   const ModelConfig& c = config_;
   const int d = c.dim, hd = c.head_dim(), kv = c.kv_dim(), half = hd / 2;
-  const int group = c.heads / c.kv_heads;
   int total = 0;
   int rows_out = 0;
   for (const auto& it : items) {
@@ -423,12 +422,9 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       const int n = pos_of[t] + 1;
       const float* kbase = &cache.k_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
-      scores.resize(static_cast<std::size_t>(n));
-      for (int hh = 0; hh < c.heads; ++hh) {
-        const int kvh = hh / group;
-        attend(&qkv[t * qkv_dim + static_cast<std::size_t>(hh) * hd], kbase + kvh * hd, vbase + kvh * hd, kv, n, hd,
-               scale, scores.data(), &att[t * d + static_cast<std::size_t>(hh) * hd], kernel_);
-      }
+      scores.resize(static_cast<std::size_t>(n) * c.heads);
+      attend(&qkv[t * qkv_dim], kbase, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(), &att[t * d],
+             kernel_);
     }
     matmul(att.data(), total, L.o, tmp.data());
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];

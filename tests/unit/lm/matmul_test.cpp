@@ -2,6 +2,7 @@
 // the same bits whatever batch it is computed in, and the right values.
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -87,28 +88,35 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
   std::mt19937 rng(11);
   for (Kernel kernel : kernels_here()) {
     SCOPED_TRACE(kernel_name(kernel));
-    for (int hd : {32, 12, 64}) {
+    // {heads, kv_heads, head_dim}: one head, grouped-query and plain attention.
+    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}}) {
       for (int n : {1, 7, 40}) {
-        const int stride = 3 * hd;  // heads side by side, as in the KV cache
-        const std::vector<float> q = random_floats(static_cast<std::size_t>(hd), rng);
+        const int stride = kv_heads * hd + 5;  // rows with room after the heads
+        const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
         const std::vector<float> k = random_floats(static_cast<std::size_t>(n) * stride, rng);
         const std::vector<float> v = random_floats(static_cast<std::size_t>(n) * stride, rng);
         const float scale = 0.5f;
-        std::vector<float> scores(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(hd));
-        attend(q.data(), k.data() + hd, v.data() + hd, stride, n, hd, scale, scores.data(), out.data(), kernel);
-        std::vector<double> p(static_cast<std::size_t>(n));
-        double mx = -1e300, sum = 0;
-        for (int j = 0; j < n; ++j) {
-          double dot = 0;
-          for (int i = 0; i < hd; ++i) dot += static_cast<double>(q[i]) * k[static_cast<std::size_t>(j) * stride + hd + i];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        for (double& x : p) sum += (x = std::exp(x - mx));
-        for (int i = 0; i < hd; ++i) {
-          double want = 0;
-          for (int j = 0; j < n; ++j) want += p[j] / sum * v[static_cast<std::size_t>(j) * stride + hd + i];
-          ASSERT_NEAR(out[i], want, 1e-5) << "head_dim " << hd << ", " << n << " positions, value " << i;
+        std::vector<float> scores(static_cast<std::size_t>(n) * heads), out(static_cast<std::size_t>(heads) * hd);
+        attend(q.data(), k.data(), v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(), out.data(), kernel);
+        for (int h = 0; h < heads; ++h) {
+          const int at = h / (heads / kv_heads) * hd;
+          std::vector<double> p(static_cast<std::size_t>(n));
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int i = 0; i < hd; ++i) {
+              dot += static_cast<double>(q[static_cast<std::size_t>(h) * hd + i]) * k[static_cast<std::size_t>(j) * stride + at + i];
+            }
+            p[j] = dot * scale;
+            mx = std::max(mx, p[j]);
+          }
+          for (double& x : p) sum += (x = std::exp(x - mx));
+          for (int i = 0; i < hd; ++i) {
+            double want = 0;
+            for (int j = 0; j < n; ++j) want += p[j] / sum * v[static_cast<std::size_t>(j) * stride + at + i];
+            ASSERT_NEAR(out[static_cast<std::size_t>(h) * hd + i], want, 1e-5)
+                << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n << " positions, head " << h;
+          }
         }
       }
     }
