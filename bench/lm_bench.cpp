@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lm/engine.hpp"
+#include "lm/matmul.hpp"
 
 namespace {
 
@@ -140,6 +141,27 @@ int main(int argc, char** argv) {
     }
     if (batch == 1) single = best;
     std::printf("%-10d %12.1f %14.1f %16.2f\n", batch, best, best / batch, best / batch / single);
+  }
+
+  // The matrix product alone, its weights in cache: how much of the batch's
+  // gain the kernel itself can give (one row is the GEMV of a single token).
+  std::printf("\nmatrix product alone, weights in cache, thread CPU time (best of 5 rounds)\n");
+  std::printf("%-14s %6s %12s %10s\n", "shape", "rows", "us per row", "GFLOP/s");
+  for (auto [out, in] : {std::pair{768, 128}, std::pair{128, 384}}) {
+    std::vector<float> w(static_cast<std::size_t>(out) * in);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
+    const swarmflow::lm::PackedMatrix packed({{out, w.data()}}, in, model.kernel());
+    for (int rows : {1, 4, 16}) {
+      std::vector<float> x(static_cast<std::size_t>(rows) * in, 0.25f), y(static_cast<std::size_t>(rows) * out);
+      const int reps = 4000 / rows;
+      double best = 1e30;
+      for (int round = 0; round < 5; ++round) {
+        const std::int64_t t0 = cpu_ns();
+        for (int r = 0; r < reps; ++r) swarmflow::lm::matmul(x.data(), rows, packed, y.data());
+        best = std::min(best, static_cast<double>(cpu_ns() - t0) / reps);
+      }
+      std::printf("%4d x %-7d %6d %12.2f %10.1f\n", out, in, rows, best / 1e3 / rows, 2.0 * out * in * rows / best);
+    }
   }
   return 0;
 }
