@@ -90,17 +90,21 @@ void attend_portable(const float* q, const float* k, const float* v, std::ptrdif
 #if defined(SWARMFLOW_LM_X86)
 
 // SSE2 (every x86-64): a tile of NT tokens by 16 outputs (4 xmm each),
-// NT <= 3; a multiply then an add, as SSE2 has no FMA.
+// NT <= 2 (8 accumulators, 4 weights and a broadcast in 16 registers; 3
+// tokens would spill); a multiply then an add, as SSE2 has no FMA.
 template <int NT>
 SWARMFLOW_LM_SSE2 void tile_sse2(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m128 acc[NT][4];
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
     const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) acc[i][v] = _mm_mul_ps(xb, _mm_load_ps(wp + 4 * v));
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 16;
     const __m128 w0 = _mm_load_ps(wk), w1 = _mm_load_ps(wk + 4), w2 = _mm_load_ps(wk + 8), w3 = _mm_load_ps(wk + 12);
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
       const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
       acc[i][0] = _mm_add_ps(acc[i][0], _mm_mul_ps(xb, w0));
@@ -109,7 +113,9 @@ SWARMFLOW_LM_SSE2 void tile_sse2(const float* x, int ldx, int in, const float* w
       acc[i][3] = _mm_add_ps(acc[i][3], _mm_mul_ps(xb, w3));
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) _mm_storeu_ps(tile + i * 16 + 4 * v, acc[i][v]);
   }
 }
@@ -117,34 +123,38 @@ SWARMFLOW_LM_SSE2 void tile_sse2(const float* x, int ldx, int in, const float* w
 SWARMFLOW_LM_SSE2 void matmul_sse2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
   constexpr int P = 16;
   const int in = w.in(), out = w.out();
-  alignas(16) float tile[3 * P];
+  alignas(16) float tile[2 * P];
   for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
     const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
     const int n = std::min(P, out - o0);
     int t = 0;
-    for (; t + 3 <= rows; t += 3) {
-      tile_sse2<3>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
-      put(tile, 3, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    for (; t + 2 <= rows; t += 2) {
+      tile_sse2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
-    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
-    if (rows - t == 2) tile_sse2<2>(xt, ldx, in, wp, tile);
-    if (rows - t == 1) tile_sse2<1>(xt, ldx, in, wp, tile);
-    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    if (t < rows) {
+      tile_sse2<1>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 1, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
   }
 }
 
-// AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 3.
+// AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 2
+// (16 ymm registers; 3 tokens would spill).
 template <int NT>
 SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m256 acc[NT][4];
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
     const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx);
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) acc[i][v] = _mm256_mul_ps(xb, _mm256_load_ps(wp + 8 * v));
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 32;
     const __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8), w2 = _mm256_load_ps(wk + 16),
                  w3 = _mm256_load_ps(wk + 24);
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
       const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx + k);
       acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
@@ -153,7 +163,9 @@ SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* w
       acc[i][3] = _mm256_fmadd_ps(xb, w3, acc[i][3]);
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) _mm256_storeu_ps(tile + i * 32 + 8 * v, acc[i][v]);
   }
 }
@@ -161,34 +173,38 @@ SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* w
 SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
   constexpr int P = 32;
   const int in = w.in(), out = w.out();
-  alignas(32) float tile[3 * P];
+  alignas(32) float tile[2 * P];
   for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
     const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
     const int n = std::min(P, out - o0);
     int t = 0;
-    for (; t + 3 <= rows; t += 3) {
-      tile_avx2<3>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
-      put(tile, 3, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    for (; t + 2 <= rows; t += 2) {
+      tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
-    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
-    if (rows - t == 2) tile_avx2<2>(xt, ldx, in, wp, tile);
-    if (rows - t == 1) tile_avx2<1>(xt, ldx, in, wp, tile);
-    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    if (t < rows) {
+      tile_avx2<1>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 1, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
   }
 }
 
-// AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6.
+// AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6
+// (24 accumulators, 4 weights and a broadcast in 32 registers).
 template <int NT>
 SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m512 acc[NT][4];
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
     const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_mul_ps(xb, _mm512_load_ps(wp + 16 * v));
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 64;
     const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32),
                  w3 = _mm512_load_ps(wk + 48);
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
       const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
       acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
@@ -197,7 +213,9 @@ SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const floa
       acc[i][3] = _mm512_fmadd_ps(xb, w3, acc[i][3]);
     }
   }
+  #pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) _mm512_storeu_ps(tile + i * 64 + 16 * v, acc[i][v]);
   }
 }
