@@ -70,19 +70,19 @@ void softmax(float* scores, int n) {
   for (int j = 0; j < n; ++j) scores[j] /= sum;
 }
 
-void attend_portable(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int hd,
-                     float scale, float* scores, float* out) {
+/// One head, keys transposed (dimension i of position j at kt[i * kts + j]).
+void attend_portable(const float* q, const float* kt, std::ptrdiff_t kts, const float* v, std::ptrdiff_t vs, int n,
+                     int hd, float scale, float* scores, float* out) {
   for (int j = 0; j < n; ++j) {
-    const float* kj = k + j * stride;
-    float dot = 0;
-    for (int i = 0; i < hd; ++i) dot += q[i] * kj[i];
+    float dot = q[0] * kt[j];
+    for (int i = 1; i < hd; ++i) dot += q[i] * kt[i * kts + j];
     scores[j] = dot * scale;
   }
   softmax(scores, n);
   std::fill(out, out + hd, 0.0f);
   for (int j = 0; j < n; ++j) {
     const float a = scores[j];
-    const float* vj = v + j * stride;
+    const float* vj = v + j * vs;
     for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
   }
 }
@@ -315,25 +315,47 @@ SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
 
 // Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
 // a head is a few vectors long, and wider ones gain nothing here).
-SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n,
-                                   int heads, int group, int hd, float scale, float* scores, float* out) {
-  // Position by position, every head: each cached row is read once, in order.
-  for (int j = 0; j < n; ++j) {
-    const float* kj = k + j * stride;
-    for (int h = 0; h < heads; ++h) {
-      const float* qh = q + h * hd;
-      const float* kh = kj + (h / group) * hd;
-      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kh));
-      for (int i = 8; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(kh + i), acc);
-      scores[h * n + j] = sum_lanes(acc) * scale;
-    }
+/// NB blocks of W positions of one head's scores: a multiply-add chain over
+/// the head's dimensions for each position, W positions to a register.
+template <int NB>
+SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, std::ptrdiff_t kts, int hd, float scale,
+                                   float* out) {
+  __m256 acc[NB];
+#pragma GCC unroll 8
+  for (int b = 0; b < NB; ++b) acc[b] = _mm256_mul_ps(_mm256_set1_ps(q[0]), _mm256_loadu_ps(kt + 8 * b));
+  for (int i = 1; i < hd; ++i) {
+    const __m256 qi = _mm256_set1_ps(q[i]);
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + i * kts + 8 * b), acc[b]);
   }
-  for (int h = 0; h < heads; ++h) softmax_avx2(scores + h * n, n);
+#pragma GCC unroll 8
+  for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
+}
+
+SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, std::ptrdiff_t kts, const float* v,
+                                   std::ptrdiff_t vs, int n, int heads, int group, int hd, float scale, float* scores,
+                                   float* out) {
+  const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const float* kh = kt + (h / group) * hd * kts;
+    float* sh = scores + h * kts;
+    int b = 0;
+    for (; b + 4 <= blocks; b += 4) scores_avx2<4>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b);
+    switch (blocks - b) {
+      case 3: scores_avx2<3>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
+      case 2: scores_avx2<2>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
+      case 1: scores_avx2<1>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
+      default: break;
+    }
+    softmax_avx2(sh, n);
+  }
+  // Position by position, every head: each cached row of values is read once.
   std::fill(out, out + heads * hd, 0.0f);
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + j * stride;
+    const float* vj = v + j * vs;
     for (int h = 0; h < heads; ++h) {
-      const __m256 a = _mm256_set1_ps(scores[h * n + j]);
+      const __m256 a = _mm256_set1_ps(scores[h * kts + j]);
       const float* vh = vj + (h / group) * hd;
       float* oh = out + h * hd;
       for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
@@ -419,8 +441,8 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 
 namespace swarmflow::lm {
 
-void attend(const float* q, const float* k, const float* v, std::ptrdiff_t stride, int n, int heads, int kv_heads,
-            int head_dim, float scale, float* scores, float* out, Kernel kernel) {
+void attend(const float* q, const float* kt, std::ptrdiff_t kt_stride, const float* v, std::ptrdiff_t v_stride, int n,
+            int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
   const int group = heads / kv_heads;
   if (n <= 0) {
     std::fill(out, out + heads * head_dim, 0.0f);
@@ -428,14 +450,15 @@ void attend(const float* q, const float* k, const float* v, std::ptrdiff_t strid
   }
 #if defined(SWARMFLOW_LM_X86)
   if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
-    return attend_avx2(q, k, v, stride, n, heads, group, head_dim, scale, scores, out);
+    return attend_avx2(q, kt, kt_stride, v, v_stride, n, heads, group, head_dim, scale, scores, out);
   }
 #else
   (void)kernel;
 #endif
   for (int h = 0; h < heads; ++h) {
     const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(h / group) * head_dim;
-    attend_portable(q + h * head_dim, k + at, v + at, stride, n, head_dim, scale, scores + h * n, out + h * head_dim);
+    attend_portable(q + h * head_dim, kt + at * kt_stride, kt_stride, v + at, v_stride, n, head_dim, scale,
+                    scores + h * kt_stride, out + h * head_dim);
   }
 }
 

@@ -89,8 +89,9 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
 KvCache::KvCache(const ModelConfig& config, int capacity)
     : capacity_(capacity),
       kv_dim_(config.kv_dim()),
-      k_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()),
-      v_(k_.size()) {}
+      k_stride_((capacity + 15) / 16 * 16),
+      k_(static_cast<std::size_t>(config.layers) * k_stride_ * config.kv_dim()),
+      v_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()) {}
 
 Status Model::load(const std::string& path, Model& out) {
   std::ifstream in(path, std::ios::binary);
@@ -414,17 +415,18 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       rope(qt + d, c.kv_heads, pos_of[t]);
       KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
-      std::memcpy(&cache.k_[at], qt + d, sizeof(float) * kv);
       std::memcpy(&cache.v_[at], qt + d + kv, sizeof(float) * kv);
+      float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_stride_ + pos_of[t]];
+      for (int i = 0; i < kv; ++i) kt[static_cast<std::ptrdiff_t>(i) * cache.k_stride_] = qt[d + i];
     }
     for (std::size_t t = 0; t < T; ++t) {
       const KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const int n = pos_of[t] + 1;
-      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_stride_];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
-      scores.resize(static_cast<std::size_t>(n) * c.heads);
-      attend(&qkv[t * qkv_dim], kbase, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(), &att[t * d],
-             kernel_);
+      scores.resize(static_cast<std::size_t>(cache.k_stride_) * c.heads);
+      attend(&qkv[t * qkv_dim], kbase, cache.k_stride_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
+             &att[t * d], kernel_);
     }
     matmul(att.data(), total, L.o, tmp.data());
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];

@@ -53,8 +53,9 @@ class KvCache {
   int capacity_ = 0;
   int length_ = 0;
   int kv_dim_ = 0;
-  std::vector<float> k_;  // [layer][position][kv_dim]
-  std::vector<float> v_;
+  int k_stride_ = 0;      // capacity rounded up to 16 (attend reads whole blocks)
+  std::vector<float> k_;  // [layer][kv_dim][k_stride_]: keys transposed
+  std::vector<float> v_;  // [layer][position][kv_dim]
 };
 
 /// One sequence's part of a forward step: `count` new tokens appended to
