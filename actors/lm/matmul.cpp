@@ -70,12 +70,14 @@ void softmax(float* scores, int n) {
   for (int j = 0; j < n; ++j) scores[j] /= sum;
 }
 
-/// One head, keys transposed (dimension i of position j at kt[i * kts + j]).
-void attend_portable(const float* q, const float* kt, std::ptrdiff_t kts, const float* v, std::ptrdiff_t vs, int n,
-                     int hd, float scale, float* scores, float* out) {
+/// One head; its keys in blocks of 8 positions (dimension i of position j
+/// at kt[((j / 8) * hd + i) * 8 + j % 8]).
+void attend_portable(const float* q, const float* kt, const float* v, std::ptrdiff_t vs, int n, int hd, float scale,
+                     float* scores, float* out) {
   for (int j = 0; j < n; ++j) {
-    float dot = q[0] * kt[j];
-    for (int i = 1; i < hd; ++i) dot += q[i] * kt[i * kts + j];
+    const float* kj = kt + static_cast<std::ptrdiff_t>(j / 8) * hd * 8 + j % 8;
+    float dot = q[0] * kj[0];
+    for (int i = 1; i < hd; ++i) dot += q[i] * kj[i * 8];
     scores[j] = dot * scale;
   }
   softmax(scores, n);
@@ -318,44 +320,79 @@ SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
 /// NB blocks of W positions of one head's scores: a multiply-add chain over
 /// the head's dimensions for each position, W positions to a register.
 template <int NB>
-SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, std::ptrdiff_t kts, int hd, float scale,
-                                   float* out) {
+SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, int hd, float scale, float* out) {
   __m256 acc[NB];
+  const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
 #pragma GCC unroll 8
-  for (int b = 0; b < NB; ++b) acc[b] = _mm256_mul_ps(_mm256_set1_ps(q[0]), _mm256_loadu_ps(kt + 8 * b));
+  for (int b = 0; b < NB; ++b) acc[b] = _mm256_mul_ps(_mm256_set1_ps(q[0]), _mm256_loadu_ps(kt + b * block));
   for (int i = 1; i < hd; ++i) {
     const __m256 qi = _mm256_set1_ps(q[i]);
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + i * kts + 8 * b), acc[b]);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + b * block + i * 8), acc[b]);
   }
 #pragma GCC unroll 8
   for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
 }
 
-SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, std::ptrdiff_t kts, const float* v,
-                                   std::ptrdiff_t vs, int n, int heads, int group, int hd, float scale, float* scores,
-                                   float* out) {
+/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of 32 from h0.
+template <int NH>
+SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs, int n,
+                                   int h0, int group, float* out) {
+  __m256 acc[NH][4];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < n; ++j) {
+    const float* vj = v + j * vs;
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) {
+      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8 + j]);
+      const float* vh = vj + ((h0 + h) / group) * 32;
+#pragma GCC unroll 8
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + 8 * c), acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + (h0 + h) * 32 + 8 * c, acc[h][c]);
+  }
+}
+
+SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                   int n, int heads, int group, int hd, float scale, float* scores, float* out) {
   const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
+  const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
   for (int h = 0; h < heads; ++h) {
     const float* qh = q + h * hd;
-    const float* kh = kt + (h / group) * hd * kts;
-    float* sh = scores + h * kts;
+    const float* kh = kt + static_cast<std::ptrdiff_t>(h / group) * kt_blocks * block;
+    float* sh = scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8;
     int b = 0;
-    for (; b + 4 <= blocks; b += 4) scores_avx2<4>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b);
+    for (; b + 4 <= blocks; b += 4) scores_avx2<4>(qh, kh + b * block, hd, scale, sh + 8 * b);
     switch (blocks - b) {
-      case 3: scores_avx2<3>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
-      case 2: scores_avx2<2>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
-      case 1: scores_avx2<1>(qh, kh + 8 * b, kts, hd, scale, sh + 8 * b); break;
+      case 3: scores_avx2<3>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+      case 2: scores_avx2<2>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+      case 1: scores_avx2<1>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
       default: break;
     }
     softmax_avx2(sh, n);
+  }
+  if (hd == 32) {
+    // Two heads at a time, their 8 vectors of sums in registers over the
+    // positions (the same chain of multiply-adds per value as below).
+    int h = 0;
+    for (; h + 2 <= heads; h += 2) values_avx2<2>(scores, kt_blocks, v, vs, n, h, group, out);
+    if (h < heads) values_avx2<1>(scores, kt_blocks, v, vs, n, h, group, out);
+    return;
   }
   // Position by position, every head: each cached row of values is read once.
   std::fill(out, out + heads * hd, 0.0f);
   for (int j = 0; j < n; ++j) {
     const float* vj = v + j * vs;
     for (int h = 0; h < heads; ++h) {
-      const __m256 a = _mm256_set1_ps(scores[h * kts + j]);
+      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h) * kt_blocks * 8 + j]);
       const float* vh = vj + (h / group) * hd;
       float* oh = out + h * hd;
       for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
@@ -441,7 +478,7 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 
 namespace swarmflow::lm {
 
-void attend(const float* q, const float* kt, std::ptrdiff_t kt_stride, const float* v, std::ptrdiff_t v_stride, int n,
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n,
             int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
   const int group = heads / kv_heads;
   if (n <= 0) {
@@ -450,15 +487,16 @@ void attend(const float* q, const float* kt, std::ptrdiff_t kt_stride, const flo
   }
 #if defined(SWARMFLOW_LM_X86)
   if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
-    return attend_avx2(q, kt, kt_stride, v, v_stride, n, heads, group, head_dim, scale, scores, out);
+    return attend_avx2(q, kt, kt_blocks, v, v_stride, n, heads, group, head_dim, scale, scores, out);
   }
 #else
   (void)kernel;
 #endif
+  const std::ptrdiff_t per_head = static_cast<std::ptrdiff_t>(kt_blocks) * head_dim * 8;
   for (int h = 0; h < heads; ++h) {
-    const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(h / group) * head_dim;
-    attend_portable(q + h * head_dim, kt + at * kt_stride, kt_stride, v + at, v_stride, n, head_dim, scale,
-                    scores + h * kt_stride, out + h * head_dim);
+    const int g = h / group;
+    attend_portable(q + h * head_dim, kt + g * per_head, v + static_cast<std::ptrdiff_t>(g) * head_dim, v_stride, n,
+                    head_dim, scale, scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8, out + h * head_dim);
   }
 }
 

@@ -64,17 +64,16 @@ class PackedMatrix {
 void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_stride = 0);
 
 /// Attention of one token over its n cached positions, every head: head h
-/// (reading KV head h / (heads / kv_heads)) gets out[h] = sum over j < n of
-/// softmax_j(scale * q[h] . k_j) v_j. q and out hold heads x head_dim
-/// floats. Keys are stored transposed, so that the scores of many positions
-/// are one vector product: dimension i of KV head g at position j is
-/// kt[(g * head_dim + i) * kt_stride + j], with kt_stride a multiple of 16
-/// and the positions from n to the next multiple of 16 readable (their
-/// scores are computed and not used). Values are stored by position: v[j *
-/// v_stride + g * head_dim + i]. `scores` has room for heads x kt_stride
-/// floats. It depends on nothing but its arguments, so not on the batch.
-void attend(const float* q, const float* kt, std::ptrdiff_t kt_stride, const float* v, std::ptrdiff_t v_stride, int n,
-            int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel);
+/// (reading KV head g = h / (heads / kv_heads)) gets out[h] = sum over j < n
+/// of softmax_j(scale * q[h] . k_j) v_j. q and out hold heads x head_dim
+/// floats. Keys are stored in blocks of 8 positions, so that the scores of
+/// 8 positions are one vector product: dimension i of KV head g at position
+/// j is kt[((g * kt_blocks + j / 8) * head_dim + i) * 8 + j % 8], with
+/// kt_blocks >= (n + 7) / 8 (the lanes past n are computed and not used). Values are stored by position: v[j * v_stride +
+/// g * head_dim + i]. `scores` has room for heads x kt_blocks x 8 floats.
+/// It depends on nothing but its arguments, so not on the batch.
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n, int heads,
+            int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel);
 
 /// SwiGLU in place: gate[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(float* gate, const float* up, int n, Kernel kernel);

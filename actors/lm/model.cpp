@@ -89,8 +89,8 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
 KvCache::KvCache(const ModelConfig& config, int capacity)
     : capacity_(capacity),
       kv_dim_(config.kv_dim()),
-      k_stride_((capacity + 15) / 16 * 16),
-      k_(static_cast<std::size_t>(config.layers) * k_stride_ * config.kv_dim()),
+      k_blocks_((capacity + 7) / 8),
+      k_(static_cast<std::size_t>(config.layers) * k_blocks_ * 8 * config.kv_dim()),
       v_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()) {}
 
 Status Model::load(const std::string& path, Model& out) {
@@ -416,16 +416,21 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
       std::memcpy(&cache.v_[at], qt + d + kv, sizeof(float) * kv);
-      float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_stride_ + pos_of[t]];
-      for (int i = 0; i < kv; ++i) kt[static_cast<std::ptrdiff_t>(i) * cache.k_stride_] = qt[d + i];
+      // Keys in blocks of 8 positions (attend()): KV head g's dimension i.
+      const int p = pos_of[t];
+      float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
+      for (int g = 0; g < c.kv_heads; ++g) {
+        float* block = kt + ((static_cast<std::ptrdiff_t>(g) * cache.k_blocks_ + p / 8) * hd) * 8 + p % 8;
+        for (int i = 0; i < hd; ++i) block[i * 8] = qt[d + g * hd + i];
+      }
     }
     for (std::size_t t = 0; t < T; ++t) {
       const KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const int n = pos_of[t] + 1;
-      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_stride_];
+      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
-      scores.resize(static_cast<std::size_t>(cache.k_stride_) * c.heads);
-      attend(&qkv[t * qkv_dim], kbase, cache.k_stride_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
+      scores.resize(static_cast<std::size_t>(cache.k_blocks_) * 8 * c.heads);
+      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
              &att[t * d], kernel_);
     }
     matmul(att.data(), total, L.o, tmp.data());

@@ -53,8 +53,8 @@ class KvCache {
   int capacity_ = 0;
   int length_ = 0;
   int kv_dim_ = 0;
-  int k_stride_ = 0;      // capacity rounded up to 16 (attend reads whole blocks)
-  std::vector<float> k_;  // [layer][kv_dim][k_stride_]: keys transposed
+  int k_blocks_ = 0;      // blocks of 8 positions (attend reads whole blocks)
+  std::vector<float> k_;  // [layer][kv_head][block][head_dim][8]: see attend()
   std::vector<float> v_;  // [layer][position][kv_dim]
 };
 

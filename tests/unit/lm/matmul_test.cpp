@@ -92,21 +92,25 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
     for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}}) {
       for (int n : {1, 7, 40}) {
         const int stride = kv_heads * hd + 5;  // value rows with room after the heads
-        const int kt_stride = (n + 15) / 16 * 16 + 16;
+        const int kt_blocks = (n + 7) / 8 + 1;
         const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
         const std::vector<float> k = random_floats(static_cast<std::size_t>(n) * stride, rng);
         const std::vector<float> v = random_floats(static_cast<std::size_t>(n) * stride, rng);
-        // The keys transposed, as the KV cache holds them; the padding is
-        // garbage that must not matter.
-        std::vector<float> kt(static_cast<std::size_t>(kv_heads) * hd * kt_stride, 1e30f);
+        // The keys in blocks of 8 positions, as the KV cache holds them; the
+        // padding is garbage that must not matter.
+        std::vector<float> kt(static_cast<std::size_t>(kv_heads) * kt_blocks * hd * 8, 1e30f);
         for (int j = 0; j < n; ++j) {
-          for (int i = 0; i < kv_heads * hd; ++i) {
-            kt[static_cast<std::size_t>(i) * kt_stride + j] = k[static_cast<std::size_t>(j) * stride + i];
+          for (int g = 0; g < kv_heads; ++g) {
+            for (int i = 0; i < hd; ++i) {
+              kt[((static_cast<std::size_t>(g) * kt_blocks + j / 8) * hd + i) * 8 + j % 8] =
+                  k[static_cast<std::size_t>(j) * stride + g * hd + i];
+            }
           }
         }
         const float scale = 0.5f;
-        std::vector<float> scores(static_cast<std::size_t>(kt_stride) * heads), out(static_cast<std::size_t>(heads) * hd);
-        attend(q.data(), kt.data(), kt_stride, v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(),
+        std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
+        std::vector<float> out(static_cast<std::size_t>(heads) * hd);
+        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(),
                out.data(), kernel);
         for (int h = 0; h < heads; ++h) {
           const int at = h / (heads / kv_heads) * hd;
