@@ -474,9 +474,6 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
   }
 }
 
-}  // namespace swarmflow::lm
-
-namespace swarmflow::lm {
 
 void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n,
             int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
@@ -500,9 +497,6 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
   }
 }
 
-}  // namespace swarmflow::lm
-
-namespace swarmflow::lm {
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {
 #if defined(SWARMFLOW_LM_X86)
