@@ -8,7 +8,12 @@
 // tokens/s delivered. Then the highest rate where batching keeps TTFT p99
 // under 800 ms and TPOT p99 under 45 ms.
 //
+// With --step-factors, batching runs again at each rate with
+// batch.max_step_factor set to each factor (steps capped to that many times
+// a one-token step), each compared with one at a time.
+//
 //   swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] [--max-size 16]
+//                          [--step-factors 2,4]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,6 +28,7 @@
 
 #include <swarmflow/swarmflow.hpp>
 
+#include "lm/matmul.hpp"
 #include "lm/serve_hub.hpp"
 
 namespace {
@@ -39,13 +45,14 @@ const char* kPrompts[] = {"ABSURDITY, n.", "BORE, n.  A person who talks", "CYNI
                           "LOVE, n.  A temporary insanity curable by", "WAR, n.", "PHILOSOPHY, n.",
                           "LAWYER, n.  One skilled in", "DICTIONARY, n."};
 
-std::string pipeline(int max_size) {
+std::string pipeline(int max_size, double step_factor) {
   std::ostringstream y;
   y << "pipeline: tokens-bench\nunits: 1\nstages:\n"
     << "  - {id: prompts, type: lm.prompts}\n"
     << "  - {id: tokenize, type: lm.tokenize, inputs: {in: prompts/out}}\n"
     << "  - {id: generate, type: lm.generate, inputs: {in: tokenize/out}, queue: {capacity: 256},\n"
-    << "     params: {batch.max_size: " << max_size << ", batch.kv_budget_tokens: 100000, batch.max_queue: 100000}}\n"
+    << "     params: {batch.max_size: " << max_size << ", batch.kv_budget_tokens: 100000, batch.max_queue: 100000,\n"
+    << "              batch.max_step_factor: " << step_factor << "}}\n"
     << "  - {id: detokenize, type: lm.detokenize, inputs: {in: generate/out}, queue: {capacity: 256}}\n";
   return y.str();
 }
@@ -59,13 +66,13 @@ struct Result {
 };
 
 /// Offers `rate` requests/s for `seconds`, then waits for the answers.
-Result run(double rate, double seconds, int max_tokens, int max_size, unsigned seed) {
+Result run(double rate, double seconds, int max_tokens, int max_size, double step_factor, unsigned seed) {
   swarmflow::lm::ServeHub hub(4096);
   swarmflow::lm::attach_serve_hub(&hub);
   swarmflow::Runtime rt;
   Result result;
   std::vector<swarmflow::Diagnostic> diags;
-  if (!rt.load_string(pipeline(max_size), "tokens-bench.yaml", &diags).ok() || !rt.start().ok()) {
+  if (!rt.load_string(pipeline(max_size, step_factor), "tokens-bench.yaml", &diags).ok() || !rt.start().ok()) {
     std::fprintf(stderr, "cannot start the pipeline\n%s", swarmflow::format_diagnostics(diags).c_str());
     std::exit(1);
   }
@@ -136,38 +143,72 @@ int main(int argc, char** argv) {
   double seconds = 4;
   int max_tokens = 64;
   int max_size = 16;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rates") == 0) {
+  std::vector<double> step_factors;
+  for (int i = 1; i < argc; i += 2) {
+    if (std::strcmp(argv[i], "--help") == 0 || i + 1 >= argc) {
+      std::printf("usage: swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] "
+                  "[--max-size 16] [--step-factors F1,F2,...]\n");
+      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+    const std::string opt = argv[i];
+    if (opt == "--step-factors") {
+      std::stringstream ss(argv[i + 1]);
+      for (std::string f; std::getline(ss, f, ',');) step_factors.push_back(std::stod(f));
+    } else if (opt == "--rates") {
       rates.clear();
       std::stringstream ss(argv[i + 1]);
       for (std::string r; std::getline(ss, r, ',');) rates.push_back(std::stod(r));
+    } else if (opt == "--seconds") {
+      seconds = std::stod(argv[i + 1]);
+    } else if (opt == "--max-tokens") {
+      max_tokens = std::stoi(argv[i + 1]);
+    } else if (opt == "--max-size") {
+      max_size = std::stoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown option %s (--help lists them)\n", opt.c_str());
+      return 2;
     }
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::stod(argv[i + 1]);
-    if (std::strcmp(argv[i], "--max-tokens") == 0) max_tokens = std::stoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--max-size") == 0) max_size = std::stoi(argv[i + 1]);
   }
-  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; the shipped model\n", seconds,
-              max_tokens);
+  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; the shipped model; %s kernel\n",
+              seconds, max_tokens, swarmflow::lm::kernel_name(swarmflow::lm::best_kernel()));
   std::printf("%-8s %-9s %9s %9s %10s %10s %10s %10s %10s\n", "req/s", "mode", "answered", "rejected", "tokens/s",
               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
   double best = 0;
-  for (double rate : rates) {
-    Result alone = run(rate, seconds, max_tokens, 1, 1);
-    Result batched = run(rate, seconds, max_tokens, max_size, 1);
-    for (const auto* r : {&alone, &batched}) {
-      std::printf("%-8.0f %-9s %9d %9d %10.0f %8.1fms %8.1fms %8.2fms %8.2fms\n", rate,
-                  r == &alone ? "alone" : ("batch" + std::to_string(max_size)).c_str(), r->completed, r->rejected,
-                  r->seconds > 0 ? static_cast<double>(r->tokens) / r->seconds : 0.0, percentile(r->ttft_ms, 0.5),
-                  percentile(r->ttft_ms, 0.99), percentile(r->tpot_ms, 0.5), percentile(r->tpot_ms, 0.99));
-    }
-    const double ratio = alone.tokens > 0 && batched.seconds > 0 && alone.seconds > 0
-                             ? (static_cast<double>(batched.tokens) / batched.seconds) /
-                                   (static_cast<double>(alone.tokens) / alone.seconds)
-                             : 0;
+  auto tokens_per_s = [](const Result& r) {
+    return r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0;
+  };
+  auto print = [&](double rate, const std::string& mode, const Result& r) {
+    std::printf("%-8.0f %-9s %9d %9d %10.0f %8.1fms %8.1fms %8.2fms %8.2fms\n", rate, mode.c_str(), r.completed,
+                r.rejected, tokens_per_s(r), percentile(r.ttft_ms, 0.5), percentile(r.ttft_ms, 0.99),
+                percentile(r.tpot_ms, 0.5), percentile(r.tpot_ms, 0.99));
+  };
+  auto compare = [&](const std::string& mode, const Result& alone, const Result& batched) {
+    const double ratio = tokens_per_s(alone) > 0 ? tokens_per_s(batched) / tokens_per_s(alone) : 0;
     const double tpot_ratio = percentile(alone.tpot_ms, 0.99) > 0
                                   ? percentile(batched.tpot_ms, 0.99) / percentile(alone.tpot_ms, 0.99)
                                   : 0;
-    std::printf("         batching: %.2fx the tokens/s of one at a time, at %.2fx its TPOT p99\n", ratio, tpot_ratio);
+    std::printf("         %s: %.2fx the tokens/s of one at a time, at %.2fx its TPOT p99\n", mode.c_str(), ratio,
+                tpot_ratio);
+  };
+  const std::string batch_mode = "batch" + std::to_string(max_size);
+  for (double rate : rates) {
+    Result alone = run(rate, seconds, max_tokens, 1, 0, 1);
+    Result batched = run(rate, seconds, max_tokens, max_size, 0, 1);
+    print(rate, "alone", alone);
+    print(rate, batch_mode, batched);
+    std::vector<Result> capped;
+    for (double f : step_factors) {
+      capped.push_back(run(rate, seconds, max_tokens, max_size, f, 1));
+      std::ostringstream mode;
+      mode << "step x" << f;
+      print(rate, mode.str(), capped.back());
+    }
+    compare("batching", alone, batched);
+    for (std::size_t i = 0; i < step_factors.size(); ++i) {
+      std::ostringstream mode;
+      mode << "batching, steps capped at x" << step_factors[i];
+      compare(mode.str(), alone, capped[i]);
+    }
     if (percentile(batched.ttft_ms, 0.99) < 800 && percentile(batched.tpot_ms, 0.99) < 45 && batched.rejected == 0) {
       best = std::max(best, rate);
     }

@@ -20,7 +20,6 @@ packages=(
   libgstrtspserver-1.0-dev                      # the RTSP camera of the video tests
   libcpp-httplib-dev                            # --metrics serves /metrics over HTTP
   prometheus                                    # promtool and a real server scrape /metrics in the tests
-  libeigen3-dev                                 # the lm pack's matrix products
   tmux                                          # `swarmflow top` is tested in a tmux pane
   chromium                                      # the web view (--web) is tested in headless Chromium
 )

@@ -1,6 +1,7 @@
 #include "lm/batch_policy.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace swarmflow::lm {
 
@@ -20,8 +21,10 @@ std::string BatchPolicy::submit(const BatchRequest& request) {
 
 StepPlan BatchPolicy::plan(std::int64_t now_ns) {
   StepPlan plan;
+  const int cap = step_token_cap();
+  const int max_running = cap > 0 ? std::min(settings_.max_size, cap) : settings_.max_size;
   if (running_.empty() && !queue_.empty()) {
-    const bool full = static_cast<int>(queue_.size()) >= settings_.max_size;
+    const bool full = static_cast<int>(queue_.size()) >= max_running;
     const std::int64_t due = queue_.front().arrived_ns + settings_.max_wait_ns;
     if (!full && now_ns < due) {
       plan.wake_ns = due;
@@ -29,7 +32,7 @@ StepPlan BatchPolicy::plan(std::int64_t now_ns) {
     }
   }
   // Oldest first; a request that does not fit waits, and so do those behind it.
-  while (!queue_.empty() && static_cast<int>(running_.size()) < settings_.max_size &&
+  while (!queue_.empty() && static_cast<int>(running_.size()) < max_running &&
          reserved_ + need(queue_.front()) <= settings_.kv_budget_tokens) {
     running_.push_back(Running{queue_.front(), 0});
     reserved_ += need(queue_.front());
@@ -37,6 +40,13 @@ StepPlan BatchPolicy::plan(std::int64_t now_ns) {
     queue_.pop_front();
   }
   int prefill_left = std::max(1, settings_.prefill_chunk);
+  if (cap > 0) {
+    // Every decoding request feeds its token; prompts share what is left of
+    // the cap, and at least one token, so that they always advance.
+    int decoding = 0;
+    for (const Running& r : running_) decoding += r.fed >= r.request.prompt_tokens ? 1 : 0;
+    prefill_left = std::min(prefill_left, std::max(1, cap - decoding));
+  }
   for (Running& r : running_) {
     const int prompt = r.request.prompt_tokens;
     StepSlot slot;
@@ -66,6 +76,37 @@ void BatchPolicy::finish(std::uint64_t id) {
   }
   auto q = std::find_if(queue_.begin(), queue_.end(), [id](const BatchRequest& r) { return r.id == id; });
   if (q != queue_.end()) queue_.erase(q);
+}
+
+void BatchPolicy::observe_step(int tokens, std::int64_t duration_ns) {
+  if (tokens <= 0 || duration_ns <= 0) return;
+  double d = static_cast<double>(duration_ns);
+  // A step the machine held up (preempted) counts as at most 3 times what
+  // the fit predicts, so one outlier cannot swing the cap.
+  if (cost_.per_token_ns > 0) d = std::min(d, 3 * cost_.predict(tokens));
+  constexpr double kKeep = 0.98;  // each older step weighs 2 % less
+  const double t = tokens;
+  w_ = kKeep * w_ + 1;
+  t_ = kKeep * t_ + t;
+  d_ = kKeep * d_ + d;
+  tt_ = kKeep * tt_ + t * t;
+  td_ = kKeep * td_ + t * d;
+  const double mean_t = t_ / w_, mean_d = d_ / w_;
+  const double var_t = tt_ / w_ - mean_t * mean_t;
+  // Steps of one size only tell nothing of the slope: keep the last fit.
+  if (var_t < 0.25) return;
+  const double slope = (td_ / w_ - mean_t * mean_d) / var_t;
+  if (!(slope > 0)) return;
+  cost_.per_token_ns = slope;
+  cost_.fixed_ns = std::max(0.0, mean_d - slope * mean_t);
+}
+
+int BatchPolicy::step_token_cap() const {
+  if (!(settings_.max_step_factor > 0) || !(cost_.per_token_ns > 0)) return 0;
+  // The most tokens T with fixed + per_token T <= factor (fixed + per_token).
+  const double budget = settings_.max_step_factor * cost_.predict(1);
+  const double tokens = std::floor((budget - cost_.fixed_ns) / cost_.per_token_ns + 1e-9);
+  return static_cast<int>(std::max(1.0, std::min(tokens, 1e6)));
 }
 
 void BatchPolicy::rewind(std::uint64_t id, int fed) {

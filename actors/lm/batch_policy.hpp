@@ -14,6 +14,11 @@
 /// - Prompts are fed in chunks: a step carries one token per decoding request
 ///   and at most `prefill_chunk` prompt tokens, so a long prompt is spread
 ///   over several steps and the others keep decoding.
+/// - With `max_step_factor`, a step feeds at most the tokens that keep it
+///   within that many times a one-token step, by a cost model fitted to the
+///   step times the engine reports (`observe_step`): the running batch and
+///   the prefill share of a step are capped, so that the time per output
+///   token of a batch stays within that factor of decoding alone.
 
 #include <cstdint>
 #include <deque>
@@ -28,6 +33,17 @@ struct BatchSettings {
   std::int64_t kv_budget_tokens = 4096;  ///< KV cache tokens reserved at most
   int prefill_chunk = 64;              ///< prompt tokens fed per step, all requests together
   int max_queue = 256;                 ///< requests waiting at most; more are refused
+  /// 0: no cap; else (>= 1) a step takes at most this many times a step of
+  /// one token, as the measured step times predict.
+  double max_step_factor = 0;
+};
+
+/// Step time = fixed + per_token x tokens, fitted by least squares to the
+/// steps measured so far, recent ones weighing more.
+struct StepCost {
+  double fixed_ns = 0;
+  double per_token_ns = 0;  ///< 0 until there is a fit
+  double predict(int tokens) const { return fixed_ns + per_token_ns * tokens; }
 };
 
 /// What the scheduler knows of a request.
@@ -66,6 +82,13 @@ class BatchPolicy {
   /// A running request's KV cache holds only its first `fed` tokens now
   /// (a re-sync replaced a later one): they are fed again from there.
   void rewind(std::uint64_t id, int fed);
+  /// After a step: it fed `tokens` tokens and took `duration_ns`.
+  void observe_step(int tokens, std::int64_t duration_ns);
+  /// The fitted step cost (per_token_ns 0: not fitted yet).
+  const StepCost& step_cost() const { return cost_; }
+  /// Tokens a step may feed at most under max_step_factor, 0 = no cap (none
+  /// set, or no fit yet).
+  int step_token_cap() const;
 
   std::int64_t reserved_tokens() const { return reserved_; }
   std::size_t running() const { return running_.size(); }
@@ -83,6 +106,10 @@ class BatchPolicy {
   std::deque<BatchRequest> queue_;
   std::vector<Running> running_;
   std::int64_t reserved_ = 0;
+  // Weighted sums of the measured steps: weight, tokens, time, tokens^2,
+  // tokens x time.
+  double w_ = 0, t_ = 0, d_ = 0, tt_ = 0, td_ = 0;
+  StepCost cost_;
 };
 
 }  // namespace swarmflow::lm

@@ -214,8 +214,11 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
     seqs.push_back(seq);
   }
   batch_sizes_.push_back(static_cast<int>(items.size()));
+  step_tokens_ = 0;
+  for (const StepSlot& s : plan.slots) step_tokens_ += s.count;
   model_.forward(items, logits_);
   const std::int64_t done_ns = clock_ ? clock_() : now_ns;
+  if (clock_) policy_.observe_step(step_tokens_, done_ns - now_ns);
 
   const int vocab = model_.config().vocab;
   for (std::size_t i = 0; i < plan.slots.size(); ++i) {

@@ -68,7 +68,9 @@ class Engine {
   /// Takes over the requests `save` wrote; "" or why it cannot.
   std::string load(const std::string& state, std::int64_t now_ns);
   /// Token times are read from `clock` after each step's forward pass
-  /// (without it, the `now_ns` the step is given).
+  /// (without it, the `now_ns` the step is given); the time from `now_ns`
+  /// to then is the step's duration, which the policy's step cap learns
+  /// from (batch.max_step_factor).
   void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
   /// Fault injection (tests, demos): called with each sampled token before
   /// it is taken; it may replace the token and its log-probability (the
@@ -96,6 +98,8 @@ class Engine {
   const BatchPolicy& policy() const { return policy_; }
   /// Timings of finished requests, taken (and cleared) by the caller.
   std::vector<RequestTiming> take_timings();
+  /// Tokens fed by the step running (read by a clock) or last run.
+  int step_tokens() const { return step_tokens_; }
   /// Requests in each step run so far (batch-size histogram input).
   const std::vector<int>& batch_sizes() const { return batch_sizes_; }
 
@@ -117,6 +121,7 @@ class Engine {
   std::map<std::uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<RequestTiming> finished_;
   std::vector<int> batch_sizes_;
+  int step_tokens_ = 0;
   std::vector<float> logits_;
   std::function<std::int64_t()> clock_;
   Tamper tamper_;

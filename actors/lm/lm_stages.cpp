@@ -232,6 +232,9 @@ void Generate::setup(StageSpec& s) {
   s.param(prefill_chunk_, "batch.prefill_chunk", "prompt tokens fed per step, all requests together", 64,
           {1.0, 65536.0});
   s.param(max_queue_, "batch.max_queue", "requests waiting at most; more are refused", 256, {0.0, 1e6});
+  s.param(max_step_factor_, "batch.max_step_factor",
+          "0 = off; else (>= 1) a step feeds at most the tokens that keep it within this many times a one-token "
+          "step, by the step times measured", 0.0, {0.0, 1000.0});
   s.param(fault_replica_, "fault.replica", "fault injection: the replica that misbehaves, -1 = every one", 0,
           {-1.0, 1e6});
   s.param(lie_every_, "fault.lie_every",
@@ -254,6 +257,11 @@ Status Generate::start(StageContext& ctx) {
   b.kv_budget_tokens = kv_budget_;
   b.prefill_chunk = static_cast<int>(prefill_chunk_);
   b.max_queue = static_cast<int>(max_queue_);
+  if (max_step_factor_ > 0 && max_step_factor_ < 1) {
+    return Status::error("lm.generate: batch.max_step_factor is " + std::to_string(max_step_factor_) +
+                         "; it is 0 (no cap) or at least 1 (a step cannot be shorter than a one-token step)");
+  }
+  b.max_step_factor = max_step_factor_;
   model_ = std::move(model);
   engine_ = std::make_unique<Engine>(*model_, b);
   context_ = &ctx;

@@ -8,11 +8,6 @@
 #include <fstream>
 #include <iterator>
 
-#include <Eigen/Core>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 namespace swarmflow::lm {
 
@@ -63,94 +58,6 @@ class Reader {
   bool short_ = false;
 };
 
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
-
-#if defined(__SSE2__)
-/// NT rows of x against NR rows of w (x rows from t0, w rows from o0): each
-/// value is summed in four lanes over k in steps of four, then the lanes in a
-/// fixed order, then the tail, so it is the same whatever NT and NR are.
-template <int NT, int NR>
-void tile(const float* x, int in, const float* w, int out, float* y, int t0, int o0) {
-  __m128 acc[NT][NR];
-  #pragma GCC unroll 4
-  for (int i = 0; i < NT; ++i) {
-    #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm_setzero_ps();
-  }
-  const float* xs[NT];
-  const float* ws[NR];
-  #pragma GCC unroll 4
-  for (int i = 0; i < NT; ++i) xs[i] = x + static_cast<std::ptrdiff_t>(t0 + i) * in;
-  #pragma GCC unroll 4
-  for (int j = 0; j < NR; ++j) ws[j] = w + static_cast<std::ptrdiff_t>(o0 + j) * in;
-  const int k4 = in & ~3;
-  for (int k = 0; k < k4; k += 4) {
-    __m128 wv[NR];
-    #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) wv[j] = _mm_loadu_ps(ws[j] + k);
-    #pragma GCC unroll 4
-    for (int i = 0; i < NT; ++i) {
-      const __m128 xv = _mm_loadu_ps(xs[i] + k);
-      #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm_add_ps(acc[i][j], _mm_mul_ps(xv, wv[j]));
-    }
-  }
-  #pragma GCC unroll 4
-  for (int i = 0; i < NT; ++i) {
-    #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      alignas(16) float a[4];
-      _mm_store_ps(a, acc[i][j]);
-      float sum = (a[0] + a[1]) + (a[2] + a[3]);
-      for (int k = k4; k < in; ++k) sum += xs[i][k] * ws[j][k];
-      y[static_cast<std::ptrdiff_t>(t0 + i) * out + o0 + j] = sum;
-    }
-  }
-}
-
-template <int NR>
-void tile_rows(const float* x, int rows, int in, const float* w, int out, float* y, int o0) {
-  int t = 0;
-  for (; t + 4 <= rows; t += 4) tile<4, NR>(x, in, w, out, y, t, o0);
-  switch (rows - t) {
-    case 3: tile<3, NR>(x, in, w, out, y, t, o0); break;
-    case 2: tile<2, NR>(x, in, w, out, y, t, o0); break;
-    case 1: tile<1, NR>(x, in, w, out, y, t, o0); break;
-    default: break;
-  }
-}
-
-/// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
-/// Tiles of up to 4 rows of x by 2 rows of w share their loads, and a block
-/// of w rows stays in cache while every row of the batch passes. Each value
-/// is computed in the same order whatever else is in the batch, so batching
-/// never changes a result.
-void matmul(const float* x, int rows, int in, const float* w, int out, float* y) {
-  constexpr int kBlock = 64;
-  for (int b0 = 0; b0 < out; b0 += kBlock) {
-    const int b1 = std::min(out, b0 + kBlock);
-    int o = b0;
-    for (; o + 2 <= b1; o += 2) tile_rows<2>(x, rows, in, w, out, y, o);
-    if (o < b1) tile_rows<1>(x, rows, in, w, out, y, o);
-  }
-}
-#else
-/// y[t][o] = x[t] . w[o] for `rows` rows of x ([rows][in]) and w ([out][in]).
-/// Blocks of w stay in cache while every row of the batch passes; each value
-/// is one Eigen dot product, so it does not depend on the batch around it.
-void matmul(const float* x, int rows, int in, const float* w, int out, float* y) {
-  constexpr int kBlock = 16;
-  for (int o0 = 0; o0 < out; o0 += kBlock) {
-    const int o1 = std::min(out, o0 + kBlock);
-    for (int t = 0; t < rows; ++t) {
-      const ConstVec xr(x + static_cast<std::ptrdiff_t>(t) * in, in);
-      float* yr = y + static_cast<std::ptrdiff_t>(t) * out;
-      for (int o = o0; o < o1; ++o) yr[o] = xr.dot(ConstVec(w + static_cast<std::ptrdiff_t>(o) * in, in));
-    }
-  }
-}
-#endif
-
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
   double ss = 0;
   for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
@@ -182,8 +89,9 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
 KvCache::KvCache(const ModelConfig& config, int capacity)
     : capacity_(capacity),
       kv_dim_(config.kv_dim()),
-      k_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()),
-      v_(k_.size()) {}
+      k_blocks_((capacity + 7) / 8),
+      k_(static_cast<std::size_t>(config.layers) * k_blocks_ * 8 * config.kv_dim()),
+      v_(static_cast<std::size_t>(config.layers) * capacity * config.kv_dim()) {}
 
 Status Model::load(const std::string& path, Model& out) {
   std::ifstream in(path, std::ios::binary);
@@ -319,6 +227,7 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
   m.output_ = c.tied_embeddings ? m.embedding_ : next(c.vocab * d);
 
   m.make_rope();
+  m.pack();
   out = std::move(m);
   return {};
 }
@@ -337,6 +246,27 @@ void Model::make_rope() {
       m.rope_sin_[static_cast<std::size_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
     }
   }
+}
+
+void Model::pack() {
+  const ModelConfig& c = config_;
+  const int d = c.dim, kv = c.kv_dim(), h = c.hidden;
+  for (Layer& L : layers_) {
+    L.qkv = PackedMatrix({{d, L.wq}, {kv, L.wk}, {kv, L.wv}}, d, kernel_);
+    L.o = PackedMatrix({{d, L.wo}}, d, kernel_);
+    L.w13 = PackedMatrix({{h, L.w1}, {h, L.w3}}, d, kernel_);
+    L.w2_packed = PackedMatrix({{d, L.w2}}, h, kernel_);
+  }
+  packed_output_ = PackedMatrix({{c.vocab, output_}}, d, kernel_);
+}
+
+bool Model::use_kernel(Kernel kernel) {
+  if (!kernel_supported(kernel)) return false;
+  if (kernel != kernel_) {
+    kernel_ = kernel;
+    pack();
+  }
+  return true;
 }
 
 Status Model::parse_llama2c(const std::string& name, const std::vector<std::uint8_t>& bytes,
@@ -424,6 +354,7 @@ Status Model::parse_llama2c(const std::string& name, const std::vector<std::uint
   next(rope);  // its own RoPE tables: computed here the same way (theta 10000)
   m.output_ = c.tied_embeddings ? m.embedding_ : next(V * d);
   m.make_rope();
+  m.pack();
   out = std::move(m);
   return {};
 }
@@ -431,7 +362,6 @@ Status Model::parse_llama2c(const std::string& name, const std::vector<std::uint
 void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& logits) const {
   const ModelConfig& c = config_;
   const int d = c.dim, hd = c.head_dim(), kv = c.kv_dim(), half = hd / 2;
-  const int group = c.heads / c.kv_heads;
   int total = 0;
   int rows_out = 0;
   for (const auto& it : items) {
@@ -443,8 +373,9 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
     return;
   }
   const auto T = static_cast<std::size_t>(total);
-  std::vector<float> x(T * d), xb(T * d), q(T * d), k(T * kv), v(T * kv), att(T * d), tmp(T * d);
-  std::vector<float> h1(T * c.hidden), h3(T * c.hidden);
+  const int qkv_dim = d + 2 * kv;  // a row of qkv: q, then k, then v
+  std::vector<float> x(T * d), xb(T * d), qkv(T * qkv_dim), att(T * d), tmp(T * d);
+  std::vector<float> h13(T * 2 * c.hidden);
   std::vector<float> scores;
 
   // Token t of the batch: its item and its position in that item's sequence.
@@ -477,55 +408,41 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
   for (int l = 0; l < c.layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.attn_norm, d, c.norm_eps, &xb[t * d]);
-    matmul(xb.data(), total, d, L.wq, d, q.data());
-    matmul(xb.data(), total, d, L.wk, kv, k.data());
-    matmul(xb.data(), total, d, L.wv, kv, v.data());
+    matmul(xb.data(), total, L.qkv, qkv.data());
     for (std::size_t t = 0; t < T; ++t) {
-      rope(&q[t * d], c.heads, pos_of[t]);
-      rope(&k[t * kv], c.kv_heads, pos_of[t]);
+      float* qt = &qkv[t * qkv_dim];
+      rope(qt, c.heads, pos_of[t]);
+      rope(qt + d, c.kv_heads, pos_of[t]);
       KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
-      std::memcpy(&cache.k_[at], &k[t * kv], sizeof(float) * kv);
-      std::memcpy(&cache.v_[at], &v[t * kv], sizeof(float) * kv);
+      std::memcpy(&cache.v_[at], qt + d + kv, sizeof(float) * kv);
+      // Keys in blocks of 8 positions (attend()): KV head g's dimension i.
+      const int p = pos_of[t];
+      float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
+      for (int g = 0; g < c.kv_heads; ++g) {
+        float* block = kt + ((static_cast<std::ptrdiff_t>(g) * cache.k_blocks_ + p / 8) * hd) * 8 + p % 8;
+        for (int i = 0; i < hd; ++i) block[i * 8] = qt[d + g * hd + i];
+      }
     }
     for (std::size_t t = 0; t < T; ++t) {
       const KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
       const int n = pos_of[t] + 1;
-      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
-      scores.resize(static_cast<std::size_t>(n));
-      for (int hh = 0; hh < c.heads; ++hh) {
-        const int kvh = hh / group;
-        const ConstVec qh(&q[t * d + static_cast<std::size_t>(hh) * hd], hd);
-        float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = qh.dot(ConstVec(kbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd, hd)) * scale;
-          mx = std::max(mx, scores[j]);
-        }
-        float sum = 0;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
-        }
-        float* out = &att[t * d + static_cast<std::size_t>(hh) * hd];
-        std::fill(out, out + hd, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          const float a = scores[j] / sum;
-          const float* vj = vbase + static_cast<std::ptrdiff_t>(j) * kv + kvh * hd;
-          for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
-        }
-      }
+      scores.resize(static_cast<std::size_t>(cache.k_blocks_) * 8 * c.heads);
+      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
+             &att[t * d], kernel_);
     }
-    matmul(att.data(), total, d, L.wo, d, tmp.data());
+    matmul(att.data(), total, L.o, tmp.data());
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
     for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.ffn_norm, d, c.norm_eps, &xb[t * d]);
-    matmul(xb.data(), total, d, L.w1, c.hidden, h1.data());
-    matmul(xb.data(), total, d, L.w3, c.hidden, h3.data());
-    for (std::size_t i = 0; i < h1.size(); ++i) {
-      const float a = h1[i];
-      h1[i] = a / (1.0f + std::exp(-a)) * h3[i];
+    matmul(xb.data(), total, L.w13, h13.data());
+    const int hidden = c.hidden;
+    for (std::size_t t = 0; t < T; ++t) {
+      float* h1 = &h13[t * 2 * hidden];  // then h3 = h1 + hidden; SwiGLU into h1
+      swiglu(h1, h1 + hidden, hidden, kernel_);
     }
-    matmul(h1.data(), total, c.hidden, L.w2, d, tmp.data());
+    matmul(h13.data(), total, L.w2_packed, tmp.data(), 2 * hidden);
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
   }
 
@@ -542,7 +459,7 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
     }
   }
   logits.resize(static_cast<std::size_t>(rows_out) * c.vocab);
-  matmul(last.data(), rows_out, d, output_, c.vocab, logits.data());
+  matmul(last.data(), rows_out, packed_output_, logits.data());
   for (const auto& it : items) it.cache->length_ += it.count;
 }
 

@@ -11,6 +11,8 @@
 
 #include <swarmflow/status.hpp>
 
+#include "lm/matmul.hpp"
+
 namespace swarmflow::lm {
 
 /// Sizes and hyperparameters stored in the model file.
@@ -51,8 +53,9 @@ class KvCache {
   int capacity_ = 0;
   int length_ = 0;
   int kv_dim_ = 0;
-  std::vector<float> k_;  // [layer][position][kv_dim]
-  std::vector<float> v_;
+  int k_blocks_ = 0;      // blocks of 8 positions (attend reads whole blocks)
+  std::vector<float> k_;  // [layer][kv_head][block][head_dim][8]: see attend()
+  std::vector<float> v_;  // [layer][position][kv_dim]
 };
 
 /// One sequence's part of a forward step: `count` new tokens appended to
@@ -92,6 +95,13 @@ class Model {
   /// whatever else is in the batch, so batching never changes a result.
   void forward(const std::vector<ForwardItem>& items, std::vector<float>& logits) const;
 
+  /// The matrix-product kernel in use: the best this CPU runs, unless
+  /// `use_kernel` chose another (tests compare them).
+  Kernel kernel() const { return kernel_; }
+  /// Repacks the weights for `kernel`; false (and nothing changes) when
+  /// this CPU does not run it.
+  bool use_kernel(Kernel kernel);
+
  private:
   struct Layer {
     const float* attn_norm;
@@ -103,6 +113,10 @@ class Model {
     const float* w1;
     const float* w2;
     const float* w3;
+    PackedMatrix qkv;  ///< wq, wk and wv stacked: one product for the three
+    PackedMatrix o;
+    PackedMatrix w13;  ///< w1 and w3 stacked
+    PackedMatrix w2_packed;
   };
 
   ModelConfig config_;
@@ -114,6 +128,10 @@ class Model {
   std::vector<Layer> layers_;
   /// Fills rope_cos_ / rope_sin_ from the config.
   void make_rope();
+  /// Packs the weight matrices for kernel_.
+  void pack();
+  Kernel kernel_ = best_kernel();
+  PackedMatrix packed_output_;
   std::vector<float> rope_cos_;  // [position][head_dim / 2]
   std::vector<float> rope_sin_;
 };

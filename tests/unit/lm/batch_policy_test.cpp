@@ -1,4 +1,6 @@
 // The iteration-level batching policy, on a simulated clock.
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "lm/batch_policy.hpp"
@@ -142,6 +144,91 @@ TEST(LmBatchPolicy, PrefillTokensPerStepAreSharedOldestFirst) {
   EXPECT_EQ(slot(b, 1)->count, 1);
   EXPECT_EQ(slot(b, 2)->count, 2);
   EXPECT_TRUE(slot(b, 2)->samples);
+}
+
+// A simulated machine: a step costs `fixed` plus `per_token` per token fed.
+std::int64_t step_ns(int tokens, std::int64_t fixed, std::int64_t per_token) { return fixed + per_token * tokens; }
+
+TEST(LmBatchPolicy, TheStepCostIsFittedToMeasuredStepsAndSetsTheCap) {
+  BatchSettings s;
+  s.max_step_factor = 2;
+  BatchPolicy p(s);
+  EXPECT_EQ(p.step_token_cap(), 0);  // nothing measured: no cap yet
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + (i * 7) % 16;
+    p.observe_step(tokens, step_ns(tokens, 100'000, 10'000));
+  }
+  EXPECT_NEAR(p.step_cost().fixed_ns, 100'000, 1);
+  EXPECT_NEAR(p.step_cost().per_token_ns, 10'000, 0.01);
+  // 100 + 10 T <= 2 x (100 + 10): T <= 12.
+  EXPECT_EQ(p.step_token_cap(), 12);
+
+  // The machine gets slower per token: the cap follows.
+  for (int i = 0; i < 400; ++i) {
+    const int tokens = 1 + (i * 5) % 9;
+    p.observe_step(tokens, step_ns(tokens, 20'000, 40'000));
+  }
+  EXPECT_NEAR(p.step_cost().per_token_ns, 40'000, 400);
+  EXPECT_EQ(p.step_token_cap(), 2);  // 20 + 40 T <= 2 x 60
+
+  // A step held up by the machine moves the fit little.
+  p.observe_step(5, 50 * kMs);
+  EXPECT_EQ(p.step_token_cap(), 2);
+
+  BatchSettings off;
+  BatchPolicy q(off);
+  for (int i = 0; i < 40; ++i) q.observe_step(1 + i % 4, step_ns(1 + i % 4, 100'000, 10'000));
+  EXPECT_GT(q.step_cost().per_token_ns, 0);
+  EXPECT_EQ(q.step_token_cap(), 0);  // max_step_factor 0: measured, not capped
+}
+
+TEST(LmBatchPolicy, StepsStayWithinTheCapAndEveryRequestAdvances) {
+  BatchSettings s;
+  s.max_size = 16;
+  s.prefill_chunk = 64;
+  s.kv_budget_tokens = 100'000;
+  s.max_step_factor = 2;
+  BatchPolicy p(s);
+  // Requests of different prompt lengths keep arriving; the simulated clock
+  // charges each step by the tokens it feeds.
+  std::int64_t now = 0;
+  std::uint64_t next_id = 1;
+  std::map<std::uint64_t, int> left;  // tokens still to generate
+  std::map<std::uint64_t, int> prompt;
+  int capped_steps = 0;
+  for (int step = 0; step < 600; ++step) {
+    if (next_id <= 120) {  // one a step: more than 12 tokens a step can serve
+      const int n = 2 + static_cast<int>(next_id % 9);
+      ASSERT_EQ(p.submit(req(next_id, n, 20, now)), "");
+      left[next_id] = 20;
+      prompt[next_id] = n;
+      ++next_id;
+    }
+    const int cap = p.step_token_cap();
+    StepPlan plan = p.plan(now);
+    if (plan.slots.empty()) continue;
+    int tokens = 0;
+    for (const StepSlot& slot : plan.slots) tokens += slot.count;
+    if (cap > 0) {
+      ++capped_steps;
+      EXPECT_EQ(cap, 12);
+      EXPECT_LE(tokens, cap) << "step " << step;
+      // Requests join only while the batch is under the cap.
+      if (!plan.joined.empty()) {
+        EXPECT_LE(p.running(), static_cast<std::size_t>(cap)) << "step " << step;
+      }
+    }
+    const std::int64_t took = step_ns(tokens, 100'000, 10'000);
+    p.observe_step(tokens, took);
+    now += took;
+    for (const StepSlot& slot : plan.slots) {
+      if (!slot.samples) continue;
+      if (--left[slot.id] == 0) p.finish(slot.id);
+    }
+  }
+  EXPECT_GT(capped_steps, 200);
+  // Every request ran to its end.
+  for (const auto& [id, n] : left) EXPECT_EQ(n, 0) << "request " << id;
 }
 
 }  // namespace

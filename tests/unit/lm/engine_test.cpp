@@ -89,6 +89,43 @@ TEST_F(LmEngine, GreedyBatchedOutputEqualsEachRequestAlone) {
   }
 }
 
+TEST_F(LmEngine, TheStepCapLearnsFromStepTimesAndChangesNoResult) {
+  // A simulated clock charges each step 100 us + 10 us per token fed, so
+  // with max_step_factor 2 the engine settles at 12 tokens per step.
+  BatchSettings capped;
+  capped.max_size = 16;
+  capped.kv_budget_tokens = 100'000;
+  capped.max_step_factor = 2;
+  Engine engine(*model_, capped);
+  std::int64_t now = 0;
+  engine.set_clock([&] { return now + 100'000 + 10'000 * engine.step_tokens(); });
+  std::vector<GenerateRequest> requests;
+  for (std::uint64_t i = 0; i < 20; ++i) requests.push_back(request(i + 1, kPrompts[i % kPrompts.size()]));
+  for (const auto& r : requests) ASSERT_EQ(engine.submit(r, 0), "");
+  std::map<std::uint64_t, std::vector<int>> out;
+  std::vector<TokenEvent> events;
+  int capped_steps = 0;
+  for (int step = 0; step < 2000 && !engine.idle(); ++step) {
+    const int cap = engine.policy().step_token_cap();
+    events.clear();
+    ASSERT_EQ(engine.step(now, events), 0);
+    if (cap > 0) {
+      ++capped_steps;
+      EXPECT_LE(engine.step_tokens(), cap);
+    }
+    now += 100'000 + 10'000 * engine.step_tokens();
+    for (const TokenEvent& e : events) out[e.request].push_back(e.token);
+  }
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(engine.policy().step_token_cap(), 12);
+  EXPECT_GT(capped_steps, 20);
+  BatchSettings alone;
+  alone.max_size = 1;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(out.at(requests[i].id), run({requests[i]}, {0}, alone).at(requests[i].id)) << kPrompts[i];
+  }
+}
+
 TEST_F(LmEngine, SeededSamplingIsTheSameBatchedOrAlone) {
   SamplingParams s;
   s.temperature = 0.9;

@@ -108,14 +108,20 @@ TEST_F(LmModel, LogitsMatchThePyTorchReference) {
   ASSERT_EQ(vocab, model_->config().vocab);
   ASSERT_GE(ref.size(), 3u);
   const Tokenizer tok(model_->pieces(), model_->config().bos);
-  for (const ReferencePrompt& p : ref) {
-    EXPECT_EQ(tok.encode(p.text, true), p.ids) << p.text;
-    KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
-    std::vector<float> logits;
-    model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
-    ASSERT_EQ(logits.size(), p.logits.size());
-    EXPECT_LT(max_diff(logits.data(), p.logits.data(), logits.size()), 1e-4f) << p.text;
+  // Every matrix-product kernel this CPU runs, not only the one in use.
+  const Kernel best = model_->kernel();
+  for (Kernel kernel : all_kernels()) {
+    if (!model_->use_kernel(kernel)) continue;
+    for (const ReferencePrompt& p : ref) {
+      EXPECT_EQ(tok.encode(p.text, true), p.ids) << p.text;
+      KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
+      std::vector<float> logits;
+      model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
+      ASSERT_EQ(logits.size(), p.logits.size());
+      EXPECT_LT(max_diff(logits.data(), p.logits.data(), logits.size()), 1e-4f) << p.text << " " << kernel_name(kernel);
+    }
   }
+  ASSERT_TRUE(model_->use_kernel(best));
 }
 
 TEST_F(LmModel, ChunkedPrefillAndBatchingGiveTheSameLogits) {

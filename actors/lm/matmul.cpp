@@ -1,0 +1,510 @@
+#include "lm/matmul.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define SWARMFLOW_LM_X86 1
+#define SWARMFLOW_LM_AVX2 __attribute__((target("avx2,fma")))
+#define SWARMFLOW_LM_AVX512 __attribute__((target("avx512f")))
+#define SWARMFLOW_LM_SSE2 __attribute__((target("sse2")))
+#endif
+
+namespace swarmflow::lm {
+
+namespace {
+
+int panel_of(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx512: return 64;  // 4 zmm registers per token
+    case Kernel::avx2: return 32;    // 4 ymm registers per token
+    case Kernel::sse2: return 16;    // 4 xmm registers per token
+    case Kernel::portable: break;
+  }
+  return 16;
+}
+
+/// Copies the first `n` values of each of `rows` rows of `tile` (rows of
+/// `panel` floats) to y (rows of `out` floats) at column `o0`.
+void put(const float* tile, int rows, int panel, int n, float* y, int out, int o0) {
+  for (int t = 0; t < rows; ++t) {
+    std::memcpy(y + static_cast<std::ptrdiff_t>(t) * out + o0, tile + static_cast<std::ptrdiff_t>(t) * panel,
+                sizeof(float) * static_cast<std::size_t>(n));
+  }
+}
+
+// Portable: 16 outputs at a time, one token at a time; the compiler may
+// vectorise the inner loop, which keeps each value's order.
+void matmul_portable(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 16;
+  const int in = w.in(), out = w.out();
+  float acc[P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    for (int t = 0; t < rows; ++t) {
+      const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+      for (int j = 0; j < P; ++j) acc[j] = xt[0] * wp[j];
+      for (int k = 1; k < in; ++k) {
+        const float xv = xt[k];
+        const float* wk = wp + static_cast<std::ptrdiff_t>(k) * P;
+        for (int j = 0; j < P; ++j) acc[j] += xv * wk[j];
+      }
+      put(acc, 1, P, std::min(P, out - o0), y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+  }
+}
+
+/// The softmax of scores[0..n) in place (max subtracted, then normalised).
+void softmax(float* scores, int n) {
+  float mx = scores[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, scores[j]);
+  float sum = 0;
+  for (int j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  for (int j = 0; j < n; ++j) scores[j] /= sum;
+}
+
+/// One head; its keys in blocks of 8 positions (dimension i of position j
+/// at kt[((j / 8) * hd + i) * 8 + j % 8]).
+void attend_portable(const float* q, const float* kt, const float* v, std::ptrdiff_t vs, int n, int hd, float scale,
+                     float* scores, float* out) {
+  for (int j = 0; j < n; ++j) {
+    const float* kj = kt + static_cast<std::ptrdiff_t>(j / 8) * hd * 8 + j % 8;
+    float dot = q[0] * kj[0];
+    for (int i = 1; i < hd; ++i) dot += q[i] * kj[i * 8];
+    scores[j] = dot * scale;
+  }
+  softmax(scores, n);
+  std::fill(out, out + hd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const float a = scores[j];
+    const float* vj = v + j * vs;
+    for (int i = 0; i < hd; ++i) out[i] += a * vj[i];
+  }
+}
+
+#if defined(SWARMFLOW_LM_X86)
+
+// SSE2 (every x86-64): a tile of NT tokens by 16 outputs (4 xmm each),
+// NT <= 2 (8 accumulators, 4 weights and a broadcast in 16 registers; 3
+// tokens would spill); a multiply then an add, as SSE2 has no FMA.
+template <int NT>
+SWARMFLOW_LM_SSE2 void tile_sse2(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m128 acc[NT][4];
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm_mul_ps(xb, _mm_load_ps(wp + 4 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 16;
+    const __m128 w0 = _mm_load_ps(wk), w1 = _mm_load_ps(wk + 4), w2 = _mm_load_ps(wk + 8), w3 = _mm_load_ps(wk + 12);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NT; ++i) {
+      const __m128 xb = _mm_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
+      acc[i][0] = _mm_add_ps(acc[i][0], _mm_mul_ps(xb, w0));
+      acc[i][1] = _mm_add_ps(acc[i][1], _mm_mul_ps(xb, w1));
+      acc[i][2] = _mm_add_ps(acc[i][2], _mm_mul_ps(xb, w2));
+      acc[i][3] = _mm_add_ps(acc[i][3], _mm_mul_ps(xb, w3));
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) _mm_storeu_ps(tile + i * 16 + 4 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_SSE2 void matmul_sse2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 16;
+  const int in = w.in(), out = w.out();
+  alignas(16) float tile[2 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 2 <= rows; t += 2) {
+      tile_sse2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    if (t < rows) {
+      tile_sse2<1>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 1, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+  }
+}
+
+// AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 2
+// (16 ymm registers; 3 tokens would spill).
+template <int NT>
+SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m256 acc[NT][4];
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx);
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm256_mul_ps(xb, _mm256_load_ps(wp + 8 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 32;
+    const __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8), w2 = _mm256_load_ps(wk + 16),
+                 w3 = _mm256_load_ps(wk + 24);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NT; ++i) {
+      const __m256 xb = _mm256_broadcast_ss(x + static_cast<std::ptrdiff_t>(i) * ldx + k);
+      acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(xb, w1, acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(xb, w2, acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(xb, w3, acc[i][3]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(tile + i * 32 + 8 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 32;
+  const int in = w.in(), out = w.out();
+  alignas(32) float tile[2 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 2 <= rows; t += 2) {
+      tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    if (t < rows) {
+      tile_avx2<1>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 1, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+  }
+}
+
+// AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6
+// (24 accumulators, 4 weights and a broadcast in 32 registers).
+template <int NT>
+SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const float* wp, float* tile) {
+  __m512 acc[NT][4];
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx]);
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_mul_ps(xb, _mm512_load_ps(wp + 16 * v));
+  }
+  for (int k = 1; k < in; ++k) {
+    const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 64;
+    const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32),
+                 w3 = _mm512_load_ps(wk + 48);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NT; ++i) {
+      const __m512 xb = _mm512_set1_ps(x[static_cast<std::ptrdiff_t>(i) * ldx + k]);
+      acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(xb, w2, acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(xb, w3, acc[i][3]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < NT; ++i) {
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(tile + i * 64 + 16 * v, acc[i][v]);
+  }
+}
+
+SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMatrix& w, float* y, int ldx) {
+  constexpr int P = 64;
+  const int in = w.in(), out = w.out();
+  alignas(64) float tile[6 * P];
+  for (int o0 = 0, p = 0; o0 < out; o0 += P, ++p) {
+    const float* wp = w.data() + static_cast<std::ptrdiff_t>(p) * in * P;
+    const int n = std::min(P, out - o0);
+    int t = 0;
+    for (; t + 6 <= rows; t += 6) {
+      tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      put(tile, 6, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+    }
+    const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    switch (rows - t) {
+      case 5: tile_avx512<5>(xt, ldx, in, wp, tile); break;
+      case 4: tile_avx512<4>(xt, ldx, in, wp, tile); break;
+      case 3: tile_avx512<3>(xt, ldx, in, wp, tile); break;
+      case 2: tile_avx512<2>(xt, ldx, in, wp, tile); break;
+      case 1: tile_avx512<1>(xt, ldx, in, wp, tile); break;
+      default: break;
+    }
+    put(tile, rows - t, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
+  }
+}
+
+
+/// e^x in each lane (Cephes' expf: x = n ln 2 + r, a degree-7 polynomial
+/// in r, times 2^n), within 2 ulp; lanes below -87.3 give 2^-126.
+SWARMFLOW_LM_AVX2 inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f)), _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/// Loads lanes [0, n) of p (n < 8), the others `fill`.
+SWARMFLOW_LM_AVX2 inline __m256 load_part(const float* p, int n, float fill) {
+  alignas(32) float buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = i < n ? p[i] : fill;
+  return _mm256_load_ps(buf);
+}
+
+SWARMFLOW_LM_AVX2 inline float sum_lanes(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+SWARMFLOW_LM_AVX2 void softmax_avx2(float* scores, int n) {
+  float mx = scores[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, scores[j]);
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + j), m));
+    _mm256_storeu_ps(scores + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < n) {
+    alignas(32) float e[8];
+    // The lanes past the end are computed on a copy and left out of the sum.
+    _mm256_store_ps(e, exp_avx2(_mm256_sub_ps(load_part(scores + j, n - j, mx), m)));
+    for (int i = j; i < n; ++i) scores[i] = e[i - j];
+    sum = _mm256_add_ps(sum, load_part(e, n - j, 0.0f));
+  }
+  const __m256 total = _mm256_set1_ps(sum_lanes(sum));
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, _mm256_div_ps(_mm256_loadu_ps(scores + j), total));
+  const float t = _mm_cvtss_f32(_mm256_castps256_ps128(total));
+  for (; j < n; ++j) scores[j] /= t;
+}
+
+SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(gate + i);
+    const __m256 sig = _mm256_div_ps(a, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), a))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(sig, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
+// a head is a few vectors long, and wider ones gain nothing here).
+/// NB blocks of W positions of one head's scores: a multiply-add chain over
+/// the head's dimensions for each position, W positions to a register.
+template <int NB>
+SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, int hd, float scale, float* out) {
+  __m256 acc[NB];
+  const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
+#pragma GCC unroll 8
+  for (int b = 0; b < NB; ++b) acc[b] = _mm256_mul_ps(_mm256_set1_ps(q[0]), _mm256_loadu_ps(kt + b * block));
+  for (int i = 1; i < hd; ++i) {
+    const __m256 qi = _mm256_set1_ps(q[i]);
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + b * block + i * 8), acc[b]);
+  }
+#pragma GCC unroll 8
+  for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
+}
+
+/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of 32 from h0.
+template <int NH>
+SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs, int n,
+                                   int h0, int group, float* out) {
+  __m256 acc[NH][4];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < n; ++j) {
+    const float* vj = v + j * vs;
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) {
+      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8 + j]);
+      const float* vh = vj + ((h0 + h) / group) * 32;
+#pragma GCC unroll 8
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + 8 * c), acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + (h0 + h) * 32 + 8 * c, acc[h][c]);
+  }
+}
+
+SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                   int n, int heads, int group, int hd, float scale, float* scores, float* out) {
+  const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
+  const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const float* kh = kt + static_cast<std::ptrdiff_t>(h / group) * kt_blocks * block;
+    float* sh = scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8;
+    int b = 0;
+    for (; b + 4 <= blocks; b += 4) scores_avx2<4>(qh, kh + b * block, hd, scale, sh + 8 * b);
+    switch (blocks - b) {
+      case 3: scores_avx2<3>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+      case 2: scores_avx2<2>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+      case 1: scores_avx2<1>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+      default: break;
+    }
+    softmax_avx2(sh, n);
+  }
+  if (hd == 32) {
+    // Two heads at a time, their 8 vectors of sums in registers over the
+    // positions (the same chain of multiply-adds per value as below).
+    int h = 0;
+    for (; h + 2 <= heads; h += 2) values_avx2<2>(scores, kt_blocks, v, vs, n, h, group, out);
+    if (h < heads) values_avx2<1>(scores, kt_blocks, v, vs, n, h, group, out);
+    return;
+  }
+  // Position by position, every head: each cached row of values is read once.
+  std::fill(out, out + heads * hd, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    const float* vj = v + j * vs;
+    for (int h = 0; h < heads; ++h) {
+      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h) * kt_blocks * 8 + j]);
+      const float* vh = vj + (h / group) * hd;
+      float* oh = out + h * hd;
+      for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
+    }
+  }
+}
+
+#endif
+
+}  // namespace
+
+bool kernel_supported(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::portable: return true;
+#if defined(SWARMFLOW_LM_X86)
+    case Kernel::sse2: return __builtin_cpu_supports("sse2");
+    case Kernel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Kernel::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Kernel best_kernel() {
+  static const Kernel best = [] {
+    for (Kernel k : {Kernel::avx512, Kernel::avx2, Kernel::sse2}) {
+      if (kernel_supported(k)) return k;
+    }
+    return Kernel::portable;
+  }();
+  return best;
+}
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::avx512: return "avx512";
+    case Kernel::avx2: return "avx2";
+    case Kernel::sse2: return "sse2";
+    case Kernel::portable: break;
+  }
+  return "portable";
+}
+
+std::vector<Kernel> all_kernels() { return {Kernel::portable, Kernel::sse2, Kernel::avx2, Kernel::avx512}; }
+
+void PackedMatrix::Free::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+
+PackedMatrix::PackedMatrix(const std::vector<std::pair<int, const float*>>& parts, int in, Kernel kernel)
+    : in_(in), panel_(panel_of(kernel)), kernel_(kernel) {
+  for (const auto& part : parts) out_ += part.first;
+  const int panels = (out_ + panel_ - 1) / panel_;
+  const std::size_t size = static_cast<std::size_t>(panels) * panel_ * in_;
+  float* p = static_cast<float*>(::operator new[](sizeof(float) * std::max<std::size_t>(size, 1), std::align_val_t{64}));
+  std::fill(p, p + size, 0.0f);
+  data_ = std::shared_ptr<float>(p, Free{});
+  int row = 0;
+  for (const auto& part : parts) {
+    for (int r = 0; r < part.first; ++r, ++row) {
+      const float* src = part.second + static_cast<std::ptrdiff_t>(r) * in_;
+      float* dst = p + static_cast<std::ptrdiff_t>(row / panel_) * in_ * panel_ + row % panel_;
+      for (int k = 0; k < in_; ++k) dst[static_cast<std::ptrdiff_t>(k) * panel_] = src[k];
+    }
+  }
+}
+
+void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_stride) {
+  const int ldx = x_stride > 0 ? x_stride : w.in();
+  if (rows <= 0 || w.out() == 0) return;
+  switch (w.kernel()) {
+#if defined(SWARMFLOW_LM_X86)
+    case Kernel::avx512: matmul_avx512(x, rows, w, y, ldx); return;
+    case Kernel::avx2: matmul_avx2(x, rows, w, y, ldx); return;
+    case Kernel::sse2: matmul_sse2(x, rows, w, y, ldx); return;
+#endif
+    default: matmul_portable(x, rows, w, y, ldx); return;
+  }
+}
+
+
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n,
+            int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
+  const int group = heads / kv_heads;
+  if (n <= 0) {
+    std::fill(out, out + heads * head_dim, 0.0f);
+    return;
+  }
+#if defined(SWARMFLOW_LM_X86)
+  if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
+    return attend_avx2(q, kt, kt_blocks, v, v_stride, n, heads, group, head_dim, scale, scores, out);
+  }
+#else
+  (void)kernel;
+#endif
+  const std::ptrdiff_t per_head = static_cast<std::ptrdiff_t>(kt_blocks) * head_dim * 8;
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / group;
+    attend_portable(q + h * head_dim, kt + g * per_head, v + static_cast<std::ptrdiff_t>(g) * head_dim, v_stride, n,
+                    head_dim, scale, scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8, out + h * head_dim);
+  }
+}
+
+
+void swiglu(float* gate, const float* up, int n, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx2 || kernel == Kernel::avx512) return swiglu_avx2(gate, up, n);
+#else
+  (void)kernel;
+#endif
+  for (int i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace swarmflow::lm

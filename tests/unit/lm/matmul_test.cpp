@@ -1,0 +1,141 @@
+// The lm pack's matrix product: every kernel this CPU runs gives each row
+// the same bits whatever batch it is computed in, and the right values.
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lm/matmul.hpp"
+
+namespace swarmflow::lm {
+namespace {
+
+std::vector<Kernel> kernels_here() {
+  std::vector<Kernel> out;
+  for (Kernel k : all_kernels()) {
+    if (kernel_supported(k)) out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+TEST(LmMatmul, ThePortableKernelIsAlwaysThereAndTheBestIsSupported) {
+  EXPECT_TRUE(kernel_supported(Kernel::portable));
+  EXPECT_TRUE(kernel_supported(best_kernel()));
+  EXPECT_STREQ(kernel_name(Kernel::avx512), "avx512");
+}
+
+TEST(LmMatmul, EachRowIsTheSameAloneOrInAnyBatchAndMatchesTheSum) {
+  std::mt19937 rng(7);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (auto [out, in] : {std::pair{1, 1}, {17, 5}, {64, 128}, {257, 128}, {128, 384}, {100, 33}}) {
+      // Two stacked parts, as the model stacks wq, wk and wv.
+      const int top = out / 3;
+      const std::vector<float> w = random_floats(static_cast<std::size_t>(out) * in, rng);
+      const PackedMatrix packed({{top, w.data()}, {out - top, w.data() + static_cast<std::ptrdiff_t>(top) * in}}, in,
+                                kernel);
+      ASSERT_EQ(packed.out(), out);
+      ASSERT_EQ(packed.in(), in);
+      constexpr int kRows = 13;
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(kRows) * in, rng);
+      // Each row alone.
+      std::vector<float> alone(static_cast<std::size_t>(kRows) * out);
+      for (int t = 0; t < kRows; ++t) {
+        matmul(x.data() + static_cast<std::ptrdiff_t>(t) * in, 1, packed, alone.data() + static_cast<std::ptrdiff_t>(t) * out);
+      }
+      for (int t = 0; t < kRows; ++t) {
+        for (int o = 0; o < out; ++o) {
+          double sum = 0;
+          for (int k = 0; k < in; ++k) {
+            sum += static_cast<double>(x[static_cast<std::size_t>(t) * in + k]) * w[static_cast<std::size_t>(o) * in + k];
+          }
+          ASSERT_NEAR(alone[static_cast<std::size_t>(t) * out + o], sum, 1e-5 * in) << "row " << t << " out " << o;
+        }
+      }
+      // Every batch size from 1 to kRows, starting at every row: the same bits.
+      for (int rows = 2; rows <= kRows; ++rows) {
+        for (int first = 0; first + rows <= kRows; first += 5) {
+          std::vector<float> y(static_cast<std::size_t>(rows) * out, -1.0f);
+          matmul(x.data() + static_cast<std::ptrdiff_t>(first) * in, rows, packed, y.data());
+          const std::vector<float> want(alone.begin() + static_cast<std::ptrdiff_t>(first) * out,
+                                        alone.begin() + static_cast<std::ptrdiff_t>(first + rows) * out);
+          ASSERT_EQ(y, want) << rows << " rows from row " << first;
+        }
+      }
+      // Rows further apart than their length (x_stride).
+      std::vector<float> wide(static_cast<std::size_t>(kRows) * (in + 3), 0.0f);
+      for (int t = 0; t < kRows; ++t) {
+        std::copy(x.begin() + static_cast<std::ptrdiff_t>(t) * in, x.begin() + static_cast<std::ptrdiff_t>(t + 1) * in,
+                  wide.begin() + static_cast<std::ptrdiff_t>(t) * (in + 3));
+      }
+      std::vector<float> y(static_cast<std::size_t>(kRows) * out);
+      matmul(wide.data(), kRows, packed, y.data(), in + 3);
+      EXPECT_EQ(y, alone);
+    }
+  }
+}
+
+TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
+  std::mt19937 rng(11);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    // {heads, kv_heads, head_dim}: one head, grouped-query and plain attention.
+    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}}) {
+      for (int n : {1, 7, 40}) {
+        const int stride = kv_heads * hd + 5;  // value rows with room after the heads
+        const int kt_blocks = (n + 7) / 8 + 1;
+        const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
+        const std::vector<float> k = random_floats(static_cast<std::size_t>(n) * stride, rng);
+        const std::vector<float> v = random_floats(static_cast<std::size_t>(n) * stride, rng);
+        // The keys in blocks of 8 positions, as the KV cache holds them; the
+        // padding is garbage that must not matter.
+        std::vector<float> kt(static_cast<std::size_t>(kv_heads) * kt_blocks * hd * 8, 1e30f);
+        for (int j = 0; j < n; ++j) {
+          for (int g = 0; g < kv_heads; ++g) {
+            for (int i = 0; i < hd; ++i) {
+              kt[((static_cast<std::size_t>(g) * kt_blocks + j / 8) * hd + i) * 8 + j % 8] =
+                  k[static_cast<std::size_t>(j) * stride + g * hd + i];
+            }
+          }
+        }
+        const float scale = 0.5f;
+        std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
+        std::vector<float> out(static_cast<std::size_t>(heads) * hd);
+        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(),
+               out.data(), kernel);
+        for (int h = 0; h < heads; ++h) {
+          const int at = h / (heads / kv_heads) * hd;
+          std::vector<double> p(static_cast<std::size_t>(n));
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int i = 0; i < hd; ++i) {
+              dot += static_cast<double>(q[static_cast<std::size_t>(h) * hd + i]) * k[static_cast<std::size_t>(j) * stride + at + i];
+            }
+            p[j] = dot * scale;
+            mx = std::max(mx, p[j]);
+          }
+          for (double& x : p) sum += (x = std::exp(x - mx));
+          for (int i = 0; i < hd; ++i) {
+            double want = 0;
+            for (int j = 0; j < n; ++j) want += p[j] / sum * v[static_cast<std::size_t>(j) * stride + at + i];
+            ASSERT_NEAR(out[static_cast<std::size_t>(h) * hd + i], want, 1e-5)
+                << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n << " positions, head " << h;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace swarmflow::lm
