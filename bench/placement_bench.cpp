@@ -52,6 +52,7 @@ struct Options {
   double stable_s = 60;    ///< length of the stability run after convergence
   int decisions = 20000;   ///< decisions timed at scale
   double scale_s = 4;      ///< length of each 32-unit run
+  bool verbose = false;    ///< print each run's moves and rates
 };
 
 std::int64_t counter(const swarmflow::StageReport* s, const std::string& name) {
@@ -167,6 +168,16 @@ Efficiency efficiency(const Options& o, const std::string& policy, const std::ve
     }
   }
   e.moves = rt.report().moves.size();
+  if (o.verbose) {
+    std::printf("    %s, slowed %s; rates:", policy.c_str(), slowed.c_str());
+    for (double r : rates) std::printf(" %.0f", r);
+    std::printf("\n");
+    for (const auto& m : rt.report().moves) {
+      std::printf("    %6.2f s %s %s/%d %s -> %s keys %llu drain %.1f ms: %s\n", m.at_s, m.kind.c_str(), m.stage.c_str(),
+                  m.replica, m.from.c_str(), m.to.c_str(), static_cast<unsigned long long>(m.keys), m.drain_ms,
+                  m.why.c_str());
+    }
+  }
   return e;
 }
 
@@ -216,9 +227,10 @@ Migration migration(const Options& o) {
       "  - {id: w1, threads: 1}\n  - {id: w2, threads: 1}\n  - {id: w3, threads: 1}\n  - {id: w4, threads: 1}\n"
       "stages:\n"
       "  - {id: src, type: sim.source, params: {count: 0, streams: 16, rate_hz: 4000}, placement: {units: [io]}}\n"
-      "  - {id: relay, type: sim.work, inputs: {in: src/out}, params: {service_us: 0}, placement: {units: [io]}}\n"
+      "  - {id: relay, type: sim.work, inputs: {in: src/out}, params: {service_us: 0}, queue: {capacity: 256},"
+      " placement: {units: [io]}}\n"
       "  - {id: work, type: sim.work, replicas: 4, key: stream, inputs: {in: relay/out}, params: {service_us: 500},"
-      " placement: {units: [w0, w1, w2, w3, w4], spread: true}}\n"
+      " queue: {capacity: 64}, placement: {units: [w0, w1, w2, w3, w4], spread: true}}\n"
       "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out}, placement: {units: [io]}}\n";
   if (!rt.load_string(yaml, "migration-bench.yaml", &diags).ok()) {
     std::fprintf(stderr, "%s", swarmflow::format_diagnostics(diags).c_str());
@@ -417,6 +429,7 @@ int main(int argc, char** argv) {
       swarmflow::bench::number_flag("--stable-s", "S", o.stable_s, "steady run after convergence (default 60)"),
       swarmflow::bench::integer_flag("--decisions", "N", o.decisions, "decisions timed at scale (default 20000)"),
       swarmflow::bench::number_flag("--scale-s", "S", o.scale_s, "length of each 32-unit run (default 4)"),
+      swarmflow::bench::switch_flag("--verbose", o.verbose, "print each run's moves and rates per 250 ms"),
   };
   if (!swarmflow::bench::parse_flags(argc, argv, flags)) return 2;
   swarmflow::log::Options log_options;

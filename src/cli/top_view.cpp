@@ -228,6 +228,21 @@ std::vector<std::string> top_lines(const std::string& state, const std::string& 
   if (failovers.rows.empty()) failovers.rows.push_back("none");
   sections.push_back(std::move(failovers));
 
+  // Moves, newest first (the policy may make many in a long run).
+  Section moves{"MOVES", {}};
+  if (now.contains("moves") && now["moves"].is_array()) {
+    const auto& all = now["moves"];
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const auto& m = *it;
+      moves.rows.push_back(fit(format("%8.2f s  %s %s/%d %s -> %s, drained in %.1f ms: %s", number(m, "at_s"),
+                                      text(m, "kind").c_str(), text(m, "stage").c_str(), m.value("replica", 0),
+                                      text(m, "from").c_str(), text(m, "to").c_str(), number(m, "drain_ms"),
+                                      text(m, "why").c_str())));
+    }
+  }
+  if (moves.rows.empty()) moves.rows.push_back("none");
+  sections.push_back(std::move(moves));
+
   // Each section gets its title and as many rows as fit, in order; a section
   // cut short says how many rows it left out.
   for (auto& s : sections) {

@@ -50,6 +50,8 @@ const char* web_view_page() {
 <table id="units"><thead><tr><th>unit</th><th>replicas</th><th>load</th><th>speed</th><th>sent</th><th>received</th></tr></thead><tbody></tbody></table>
 <h2>Failovers</h2>
 <ul id="failovers"><li>none</li></ul>
+<h2>Moves</h2>
+<ul id="moves"><li>none</li></ul>
 <script>
 "use strict";
 const kHistoryS = 300;
@@ -199,6 +201,12 @@ function render(s) {
   list.innerHTML = s.failovers.length === 0 ? "<li>none</li>" : s.failovers.map(f =>
     `<li class="failover">${f.detected_s.toFixed(2)} s: unit ${esc(f.unit)} ${esc(f.cause)}, epoch ${f.epoch}: ` +
     `${esc(f.moved.join(", ") || "nothing moved")}${f.lost.length ? "; lost " + esc(f.lost.join(", ")) : ""}</li>`).join("");
+  // Moves (placement that follows the load), newest first.
+  const moves = document.getElementById("moves");
+  const made = s.moves || [];
+  moves.innerHTML = made.length === 0 ? "<li>none</li>" : made.slice(-50).reverse().map(m =>
+    `<li class="move">${m.at_s.toFixed(2)} s: ${esc(m.kind)} ${esc(m.stage)}/${m.replica} ${esc(m.from)} -> ` +
+    `${esc(m.to)}, drained in ${m.drain_ms.toFixed(1)} ms: ${esc(m.why)}</li>`).join("");
   previous = s;
   previousAt = at;
 }

@@ -230,6 +230,14 @@ std::string to_prometheus(const RunReport& r) {
   for (const auto& f : r.failovers) (f.cause == "left" ? left : dead) += 1;
   w.sample("swarmflow_failovers_total", {{"cause", "dead"}}, dead);
   w.sample("swarmflow_failovers_total", {{"cause", "left"}}, left);
+  w.family("swarmflow_moves_total", "counter",
+           "Changes of placement made while the run went on, by kind (move: a replica to another unit; keys: keys to "
+           "other replicas).");
+  std::uint64_t moved = 0;
+  std::uint64_t keys = 0;
+  for (const auto& m : r.moves) (m.kind == "keys" ? keys : moved) += 1;
+  w.sample("swarmflow_moves_total", {{"kind", "move"}}, moved);
+  w.sample("swarmflow_moves_total", {{"kind", "keys"}}, keys);
   return w.take();
 }
 

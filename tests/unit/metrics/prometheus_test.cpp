@@ -85,7 +85,8 @@ TEST(Prometheus, EveryFamilyHasOneHelpAndOneTypeLine) {
        {"swarmflow_edge_sent_total", "swarmflow_edge_delivered_total", "swarmflow_edge_dropped_total",
         "swarmflow_replica_queue_depth", "swarmflow_replica_processed_total", "swarmflow_replica_errors_total",
         "swarmflow_replica_restarts_total", "swarmflow_stage_service_seconds", "swarmflow_sink_latency_seconds",
-        "swarmflow_unit_utilization", "swarmflow_transport_rejected_total", "swarmflow_failovers_total"}) {
+        "swarmflow_unit_utilization", "swarmflow_transport_rejected_total", "swarmflow_failovers_total",
+        "swarmflow_moves_total"}) {
     EXPECT_EQ(help[family], 1) << family;
     EXPECT_FALSE(type[family].empty()) << family;
   }
