@@ -235,7 +235,16 @@ Status Flow::process(Inputs& in, Outputs& out, StageContext&) {
   }
   vessels_->fetch_add(static_cast<std::int64_t>(vessels.size()), std::memory_order_relaxed);
   prev.index = frame->frame_index();
-  grey.copyTo(prev.grey);
+  if (grey.data == grey_.data) {
+    // Converted from colour into scratch, which the next frame overwrites.
+    grey.copyTo(prev.owned);
+    prev.grey = prev.owned;
+    prev.payload.reset();
+  } else {
+    // A view into the payload: keep the payload (a reference), not a copy.
+    prev.payload = envelope->payload();
+    prev.grey = grey;
+  }
 
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<schema::Vessel>> list;

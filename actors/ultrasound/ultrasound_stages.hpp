@@ -45,7 +45,8 @@
 /// output `results` (UltrasoundResults: one Vessel per vessel found, with its
 /// axis, radius, peak and mean velocity in mm/s against the tissue beside it,
 /// direction and tracking quality; no lesions). Keeps the previous frame of
-/// each stream (run it with `key: stream`); the first frame of a stream, and
+/// each stream (run it with `key: stream`): a reference to its payload, or
+/// for colour frames a copy of its grey plane; the first frame of a stream, and
 /// a frame that does not follow its predecessor, give vessels without flow.
 /// Parameters: mm_per_px 0.1; fps 30 [1, 1000] (the probe's frame rate: the
 /// time between two frames); max_velocity_mm_s 60 [1, 2000]; min_length 0.6
@@ -162,7 +163,9 @@ class Flow final : public Stage {
   FlowParams params_;
   struct Previous {
     std::uint64_t index = 0;
-    cv::Mat grey;
+    cv::Mat grey;        ///< a view into `payload`, or `owned`
+    PayloadPtr payload;  ///< the previous frame's, while `grey` views its pixels
+    cv::Mat owned;       ///< a copy, for frames converted from colour
   };
   std::map<std::uint64_t, Previous> previous_;  ///< by stream; bounded by the streams one replica sees
   cv::Mat grey_;
