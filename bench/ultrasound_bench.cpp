@@ -23,7 +23,9 @@
 //              sink in place of io.jsonl, on its 4 units with its placement
 //              (one unit per job), on 4 units placed by the static policy
 //              alone (`spread`: every edge between two units), and on 1
-//              unit; RuntimeOptions::threads = 2.
+//              unit; worker threads as `swarmflow run` gives them (the
+//              cores shared among the units: on 2 cores 1 thread for each
+//              of 4 units, 2 for 1 unit), or --unit-threads.
 //
 // Two measurements, never mixed:
 //   cost      unpaced (fps 0): CPU time of the process (all threads; less
@@ -80,7 +82,7 @@ struct Options {
   std::string only;             ///< "cost" or "latency"
   std::string side;             ///< cost runs of one side only: "plain", "4", "spread" or "1" (no ratio)
   int cv_threads = -1;          ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
-  int unit_threads = 2;         ///< worker threads per unit (RuntimeOptions::threads)
+  int unit_threads = 0;         ///< worker threads per unit (RuntimeOptions::threads); 0: as `swarmflow run`
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -94,14 +96,16 @@ bool parse(int argc, char** argv, Options& o) {
                 "cost runs of one side only, `plain`, `4`, `spread` or `1`, for a profiler; no ratio"),
       integer_flag("--cv-threads", "T", o.cv_threads,
                    "OpenCV's own worker threads on both sides (cv::setNumThreads); default: OpenCV's"),
-      integer_flag("--unit-threads", "T", o.unit_threads, "worker threads per unit (default 2)"),
+      integer_flag("--unit-threads", "T", o.unit_threads,
+                   "worker threads per unit; default 0: as `swarmflow run`, the cores shared among the units "
+                   "(on 2 cores: 1 each of 4 units, 2 for 1 unit)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (o.n < 2 * kShortRun || o.latency_n < 4 || o.repeat <= 0 || (!o.only.empty() && o.only != "cost" && o.only != "latency") ||
-      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "spread" && o.side != "1") || o.unit_threads <= 0) {
+      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "spread" && o.side != "1") || o.unit_threads < 0) {
     std::fprintf(stderr,
                  "--n must be at least 8, --latency-n at least 4, --repeat positive, --only cost or latency, --side plain, 4, "
-                 "spread or 1, --unit-threads positive\n");
+                 "spread or 1, --unit-threads not negative\n");
     return false;
   }
   return true;
@@ -129,6 +133,7 @@ struct Result {
   std::int64_t frames = 0;
   std::int64_t lines = 0;
   std::int64_t tokens = 0;
+  std::uint64_t between_units = 0;  ///< messages the units sent each other (envelopes, acks, packs)
   double facts = 0;  ///< fraction of report facts right
   double p50_ms = 0, p99_ms = 0, sink_p99_ms = 0;
   std::string problem;
@@ -263,11 +268,14 @@ class LineCounter final : public swarmflow::Stage {
 };
 
 /// pipelines/ultrasound.yaml, with `n` frames at `fps` (0: unpaced, every
-/// queue `block`) and a counting sink for io.jsonl. `pinned`: its
+/// queue `block`, joins that wait 30 s) and a counting sink for io.jsonl. `pinned`: its
 /// placement, one unit per job (u0 the probe, u1 enhance and segment, u2
 /// flow, u3 the report and its lines); else the static policy's.
 std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
   const std::string q = fps > 0 ? "    queue: {capacity: 4, overflow: drop_oldest}\n" : "    queue: {capacity: 4, overflow: block}\n";
+  // Unpaced, every frame is reported whole: a join waits as long as a
+  // loaded machine may stall (the example's 500 ms, paced).
+  const std::string join = fps > 0 ? "    join: {key: seq, timeout_ms: 500}\n" : "    join: {key: seq, timeout_ms: 30000}\n";
   auto on = [&](const char* unit) { return pinned ? "    placement: {units: [" + std::string(unit) + "]}\n" : ""; };
   char f[32];
   std::snprintf(f, sizeof f, "%g", fps);
@@ -285,7 +293,7 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
          "  - id: segment\n"
          "    type: ultrasound.segment\n" + on("u1") +
          "    inputs: {frames: probe/frames, enhanced: enhance/frames}\n"
-         "    join: {key: seq, timeout_ms: 500}\n" + q +
+         + join + q +
          "  - id: flow\n"
          "    type: ultrasound.flow\n" + on("u2") +
          "    key: stream\n"
@@ -293,7 +301,7 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
          "  - id: report\n"
          "    type: ultrasound.report\n" + on("u3") +
          "    inputs: {lesions: segment/results, vessels: flow/results}\n"
-         "    join: {key: seq, timeout_ms: 500}\n"
+         + join +
          "    params: {summary: false}\n"
          "    queue: {capacity: 8}\n"
          "  - id: lines\n"
@@ -340,6 +348,7 @@ Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int thr
   r.frames = counter(rep, "frames");
   r.lines = counter(sink, "received");
   r.tokens = counter(rep, "tokens");
+  for (const auto& u : report.units) r.between_units += u.sent;
   const auto facts = counter(rep, "facts");
   r.facts = facts > 0 ? static_cast<double>(counter(rep, "facts_right")) / static_cast<double>(facts) : 0;
   r.p50_ms = static_cast<double>(counter(rep, "latency_p50_us")) / 1000;
@@ -425,7 +434,8 @@ int main(int argc, char** argv) {
       if (with_plain) std::printf(" (x%.3f)", r.cpu_s / p.cpu_s);
       std::printf(", wall %6.2f", r.wall_s * 1e3 / n);
       if (with_plain) std::printf(" (x%.3f)", r.wall_s / p.wall_s);
-      std::printf(" | facts %.3f, %lld lines, %lld tokens\n", r.facts, static_cast<long long>(r.lines),
+      std::printf(" | %.1f messages between units a frame | facts %.3f, %lld lines, %lld tokens\n",
+                  static_cast<double>(r.between_units) / n, r.facts, static_cast<long long>(r.lines),
                   static_cast<long long>(r.tokens));
       // The same work on both sides: the same lines, word for word.
       if (with_plain && (r.lines != p.lines || r.tokens != p.tokens)) {
