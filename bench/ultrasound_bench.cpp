@@ -21,7 +21,8 @@
 //              both -> ultrasound.report (joined) -> lm.detokenize -> a sink
 //              that counts the lines: pipelines/ultrasound.yaml with the
 //              sink in place of io.jsonl, on its 4 units with its placement
-//              (one unit per job), on 4 units placed by the static policy
+//              (a unit for each image stage, the report's tokens on one),
+//              on 4 units placed by the static policy
 //              alone (`spread`: every edge between two units), and on 1
 //              unit; worker threads as `swarmflow run` gives them (the
 //              cores shared among the units: on 2 cores 1 thread for each
@@ -269,8 +270,8 @@ class LineCounter final : public swarmflow::Stage {
 
 /// pipelines/ultrasound.yaml, with `n` frames at `fps` (0: unpaced, every
 /// queue `block`, joins that wait 30 s) and a counting sink for io.jsonl. `pinned`: its
-/// placement, one unit per job (u0 the probe, u1 enhance and segment, u2
-/// flow, u3 the report and its lines); else the static policy's.
+/// placement (u0 the probe, the report and its lines, u1 enhance, u2
+/// segment, u3 flow); else the static policy's.
 std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
   const std::string q = fps > 0 ? "    queue: {capacity: 4, overflow: drop_oldest}\n" : "    queue: {capacity: 4, overflow: block}\n";
   // Unpaced, every frame is reported whole: a join waits as long as a
@@ -291,25 +292,25 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
          "    type: ultrasound.enhance\n" + on("u1") +
          "    inputs: {frames: probe/frames}\n" + q +
          "  - id: segment\n"
-         "    type: ultrasound.segment\n" + on("u1") +
+         "    type: ultrasound.segment\n" + on("u2") +
          "    inputs: {frames: probe/frames, enhanced: enhance/frames}\n"
          + join + q +
          "  - id: flow\n"
-         "    type: ultrasound.flow\n" + on("u2") +
+         "    type: ultrasound.flow\n" + on("u3") +
          "    key: stream\n"
          "    inputs: {frames: probe/frames}\n" + q +
          "  - id: report\n"
-         "    type: ultrasound.report\n" + on("u3") +
+         "    type: ultrasound.report\n" + on("u0") +
          "    inputs: {lesions: segment/results, vessels: flow/results}\n"
          + join +
          "    params: {summary: false}\n"
          "    queue: {capacity: 8}\n"
          "  - id: lines\n"
-         "    type: lm.detokenize\n" + on("u3") +
+         "    type: lm.detokenize\n" + on("u0") +
          "    inputs: {in: report/findings}\n"
          "    queue: {capacity: 256}\n"
          "  - id: sink\n"
-         "    type: bench.lines\n" + on("u3") +
+         "    type: bench.lines\n" + on("u0") +
          "    inputs: {lines: lines/out}\n"
          "    queue: {capacity: 64}\n";
 }
