@@ -363,6 +363,11 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
         if (!streams_ended) {
           hub->end_streams();
           streams_ended = true;
+          if (!args.quiet) {
+            std::fputs("\nswarmflow: the pipeline has finished; its streams stay at /v1/streams until stopped "
+                       "(SIGINT, SIGTERM or --duration)\n",
+                       stderr);
+          }
         }
         if (g_signals.load() == 0 && !(args.duration_s > 0 && elapsed >= args.duration_s)) continue;
         api->stop();
