@@ -7,21 +7,35 @@
 // probe (synthetic://ultrasound?seed=1) as GRAY8 straight into a FlatBuffers
 // Frame, as video.source does; enhance it (median, guided filter, CLAHE);
 // find and describe its lesions; find the vessel and track its speckle
-// against the previous frame; score the findings against the frame's truth;
-// write one text line per lesion.
+// against the previous frame; write the frame's report lines
+// (ultrasound_report.hpp), each as a stream of word tokens, one Tokens
+// payload per word, and gather each line's words into its text and a
+// Completion payload, as lm.detokenize does; score the facts the lines
+// state and the outlines and flow against the frame's truth.
 //
 //   plain      one thread, no framework: the functions of
-//              ultrasound_image.hpp and ultrasound_score.hpp in a loop.
+//              ultrasound_image.hpp, ultrasound_report.hpp and
+//              ultrasound_score.hpp in a loop.
 //   swarmflow  video.source -> ultrasound.enhance -> ultrasound.segment
 //              (joined with the raw frame) ; video.source -> ultrasound.flow ;
-//              both -> ultrasound.report (joined) -> a counting sink: the
-//              stages of pipelines/ultrasound.yaml, on 4 units in one process
-//              (and on 1 unit), RuntimeOptions::threads = 2.
+//              both -> ultrasound.report (joined) -> lm.detokenize -> a sink
+//              that counts the lines: pipelines/ultrasound.yaml with the
+//              sink in place of io.jsonl, on its 4 units with its placement
+//              (a unit for each image stage, the report's tokens on one),
+//              on 4 units placed by the static policy
+//              alone (`spread`: every edge between two units), and on 1
+//              unit; worker threads as `swarmflow run` gives them (the
+//              cores shared among the units: on 2 cores 1 thread for each
+//              of 4 units, 2 for 1 unit), or --unit-threads.
 //
 // Two measurements, never mixed:
-//   cost      unpaced (fps 0), N frames: CPU time of the process per frame
-//             (all threads; less moved by other processes than wall time) and
-//             wall time per frame. The ratio is swarmflow / plain.
+//   cost      unpaced (fps 0): CPU time of the process (all threads; less
+//             moved by other processes than wall time). Each side runs N
+//             frames and 4 frames; the difference over N-4 frames is the
+//             cost per frame, start and stop apart (4 actor systems, their
+//             threads and sockets start and drain in some 30 ms), and the
+//             N-frame run's CPU and wall time per frame the cost all in.
+//             Ratios are swarmflow / plain.
 //   latency   paced at 30 fps, M frames: swarmflow's capture-to-report-line
 //             latency as ultrasound.report measures it (p50, p99) and the
 //             sink's; the plain loop's time from capture to its last line,
@@ -42,12 +56,14 @@
 
 #include <opencv2/imgproc.hpp>
 
+#include <swarmflow/schema/completion_generated.h>
 #include <swarmflow/schema/frame_generated.h>
 #include <swarmflow/schema/tokens_generated.h>
 #include <swarmflow/swarmflow.hpp>
 
 #include "ultrasound/ultrasound.hpp"
 #include "ultrasound/ultrasound_image.hpp"
+#include "ultrasound/ultrasound_report.hpp"
 #include "ultrasound/ultrasound_score.hpp"
 #include "video/synthetic_ultrasound.hpp"
 #include "video/video.hpp"
@@ -57,12 +73,17 @@
 namespace {
 
 constexpr std::size_t kTruthRoom = 64 * 1024;
+/// Frames of the short cost runs, which tell start and stop from the frames.
+constexpr int kShortRun = 4;
 
 struct Options {
   std::int64_t n = 150;         ///< frames of each cost run
   std::int64_t latency_n = 300; ///< frames of each latency run (at 30 fps)
   int repeat = 3;               ///< cost runs of each side; the median is reported
   std::string only;             ///< "cost" or "latency"
+  std::string side;             ///< cost runs of one side only: "plain", "4", "spread" or "1" (no ratio)
+  int cv_threads = -1;          ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
+  int unit_threads = 0;         ///< worker threads per unit (RuntimeOptions::threads); 0: as `swarmflow run`
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -72,10 +93,20 @@ bool parse(int argc, char** argv, Options& o) {
       integer_flag("--latency-n", "M", o.latency_n, "frames of each latency run, at 30 fps (default 300)"),
       integer_flag("--repeat", "R", o.repeat, "cost runs of each side, the median is reported (default 3)"),
       text_flag("--only", "WHAT", o.only, "run only `cost` or only `latency`"),
+      text_flag("--side", "SIDE", o.side,
+                "cost runs of one side only, `plain`, `4`, `spread` or `1`, for a profiler; no ratio"),
+      integer_flag("--cv-threads", "T", o.cv_threads,
+                   "OpenCV's own worker threads on both sides (cv::setNumThreads); default: OpenCV's"),
+      integer_flag("--unit-threads", "T", o.unit_threads,
+                   "worker threads per unit; default 0: as `swarmflow run`, the cores shared among the units "
+                   "(on 2 cores: 1 each of 4 units, 2 for 1 unit)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
-  if (o.n < 4 || o.latency_n < 4 || o.repeat <= 0 || (!o.only.empty() && o.only != "cost" && o.only != "latency")) {
-    std::fprintf(stderr, "--n and --latency-n must be at least 4, --repeat positive, --only cost or latency\n");
+  if (o.n < 2 * kShortRun || o.latency_n < 4 || o.repeat <= 0 || (!o.only.empty() && o.only != "cost" && o.only != "latency") ||
+      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "spread" && o.side != "1") || o.unit_threads < 0) {
+    std::fprintf(stderr,
+                 "--n must be at least 8, --latency-n at least 4, --repeat positive, --only cost or latency, --side plain, 4, "
+                 "spread or 1, --unit-threads not negative\n");
     return false;
   }
   return true;
@@ -102,21 +133,44 @@ struct Result {
   double cpu_s = 0;
   std::int64_t frames = 0;
   std::int64_t lines = 0;
+  std::int64_t tokens = 0;
+  std::uint64_t between_units = 0;  ///< messages the units sent each other (envelopes, acks, packs)
   double facts = 0;  ///< fraction of report facts right
   double p50_ms = 0, p99_ms = 0, sink_p99_ms = 0;
   std::string problem;
 };
 
-std::string line_of(std::uint64_t index, std::size_t i, std::size_t n, const swarmflow::ultrasound::LesionFinding& l,
-                    const std::vector<swarmflow::ultrasound::VesselFinding>& vessels) {
-  char buf[512];
-  const double v = vessels.empty() || !vessels[0].tracked ? 0 : vessels[0].velocity_mm_s;
-  std::snprintf(buf, sizeof buf,
-                "frame %llu lesion %zu of %zu: %s %.1f x %.1f mm, %s, %s margin, %s posterior, depth %.1f mm; "
-                "vessel flow %.1f mm/s.",
-                static_cast<unsigned long long>(index), i + 1, n, l.echogenicity.c_str(), l.size_mm, l.width_mm,
-                l.shape.c_str(), l.margin.c_str(), l.posterior.c_str(), l.depth_mm, v);
-  return buf;
+/// A line as ultrasound.report streams it (one Tokens payload per word)
+/// and as lm.detokenize gathers it (its text, one Completion payload): the
+/// payloads the pipeline makes, without the envelopes. The words it made.
+std::size_t stream_line(const swarmflow::ultrasound::ReportLine& line) {
+  using namespace swarmflow;
+  const std::vector<std::string> pieces = ultrasound::line_pieces(line.text);
+  const int no_vocabulary = -1;
+  const float certain = 1.0F, log_certain = 0.0F;
+  std::string text;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const bool final = k + 1 == pieces.size();
+    flatbuffers::FlatBufferBuilder fbb(160 + pieces[k].size(), &payload_allocator());
+    const auto ids = fbb.CreateVector(&no_vocabulary, 1);
+    const auto piece = fbb.CreateString(pieces[k]);
+    const auto piece_v = fbb.CreateVector(&piece, 1);
+    const auto conf = fbb.CreateVector(&certain, 1);
+    const auto lps = fbb.CreateVector(&log_certain, 1);
+    const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
+    fbb.Finish(schema::CreateTokens(fbb, ids, piece_v, k, conf, final, line.request, lps, reason),
+               schema::TokensIdentifier());
+    const PayloadPtr token = Payload::from_builder(fbb);
+    const auto* t = flatbuffers::GetRoot<schema::Tokens>(token->data());
+    text += t->pieces()->Get(0)->string_view();
+  }
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto text_s = fbb.CreateString(text);
+  const auto reason = fbb.CreateString("stop");
+  fbb.Finish(schema::CreateCompletion(fbb, line.request, text_s, static_cast<std::uint32_t>(pieces.size()), reason),
+             schema::CompletionIdentifier());
+  const PayloadPtr completion = Payload::from_builder(fbb);
+  return completion->size() > 0 ? pieces.size() : 0;
 }
 
 /// `fps` 0 = as fast as it goes; else paced, with the latency of each frame.
@@ -131,6 +185,7 @@ Result run_plain(std::int64_t n, double fps) {
   ultrasound::Enhancer enhancer({});
   ultrasound::ScoreTally tally;
   cv::Mat previous, enhanced;
+  flatbuffers::DetachedBuffer previous_buffer;
   std::vector<double> latency_ms;
   std::uint64_t previous_index = 0;
   const std::size_t stride = static_cast<std::size_t>(config.width);
@@ -159,17 +214,25 @@ Result run_plain(std::int64_t n, double fps) {
     for (auto& v : vessels) {
       if (follows) ultrasound::track_flow(previous, grey, v, {});
     }
-    grey.copyTo(previous);
+    // As ultrasound.flow does: keep the previous frame's buffer, not a copy.
+    previous = grey;
+    previous_buffer = fbb.Release();
     previous_index = frame->frame_index();
+    const std::vector<ultrasound::ReportLine> lines =
+        ultrasound::report_lines(frame->frame_index(), lesions, vessels, true);
+    for (const ultrasound::ReportLine& line : lines) {
+      r.tokens += static_cast<std::int64_t>(stream_line(line));
+      ++r.lines;
+    }
     const auto parsed = video::parse_ultrasound_truth(frame->ground_truth()->string_view());
     if (parsed) {
       video::UltrasoundTruth scored = *parsed;
       if (std::none_of(vessels.begin(), vessels.end(), [](const auto& v) { return v.tracked; })) scored.vessels.clear();
-      tally.add(ultrasound::score_frame(scored, lesions, vessels, grey.cols, grey.rows));
-    }
-    for (std::size_t k = 0; k < lesions.size(); ++k) {
-      const std::string line = line_of(frame->frame_index(), k, lesions.size(), lesions[k], vessels);
-      r.lines += line.empty() ? 0 : 1;
+      int stated_count = -1;
+      const auto stated = ultrasound::stated_lesions(lesions, lines, &stated_count);
+      ultrasound::FrameScore score = ultrasound::score_frame(scored, stated, vessels, grey.cols, grey.rows);
+      score.count_right = stated_count >= 0 && static_cast<std::size_t>(stated_count) == parsed->lesions.size();
+      tally.add(score);
     }
     latency_ms.push_back(static_cast<double>(steady_now_ns() - capture) / 1e6);
     ++r.frames;
@@ -185,11 +248,11 @@ Result run_plain(std::int64_t n, double fps) {
 
 // -- swarmflow ---------------------------------------------------------------------
 
-/// The sink: counts the report's lines.
+/// The sink: counts the report's lines, as lm.detokenize gathered them.
 class LineCounter final : public swarmflow::Stage {
  public:
   void setup(swarmflow::StageSpec& s) override {
-    in_ = s.input<swarmflow::schema::Tokens>("findings", "the report's lines");
+    in_ = s.input<swarmflow::schema::Completion>("lines", "the report's lines");
   }
   swarmflow::Status start(swarmflow::StageContext& ctx) override {
     received_ = &ctx.counter("received");
@@ -201,12 +264,20 @@ class LineCounter final : public swarmflow::Stage {
   }
 
  private:
-  swarmflow::InputPort<swarmflow::schema::Tokens> in_;
+  swarmflow::InputPort<swarmflow::schema::Completion> in_;
   std::atomic<std::int64_t>* received_ = nullptr;
 };
 
-std::string pipeline_yaml(std::int64_t n, double fps, int units) {
+/// pipelines/ultrasound.yaml, with `n` frames at `fps` (0: unpaced, every
+/// queue `block`, joins that wait 30 s) and a counting sink for io.jsonl. `pinned`: its
+/// placement (u0 the probe, the report and its lines, u1 enhance, u2
+/// segment, u3 flow); else the static policy's.
+std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
   const std::string q = fps > 0 ? "    queue: {capacity: 4, overflow: drop_oldest}\n" : "    queue: {capacity: 4, overflow: block}\n";
+  // Unpaced, every frame is reported whole: a join waits as long as a
+  // loaded machine may stall (the example's 500 ms, paced).
+  const std::string join = fps > 0 ? "    join: {key: seq, timeout_ms: 500}\n" : "    join: {key: seq, timeout_ms: 30000}\n";
+  auto on = [&](const char* unit) { return pinned ? "    placement: {units: [" + std::string(unit) + "]}\n" : ""; };
   char f[32];
   std::snprintf(f, sizeof f, "%g", fps);
   return "pipeline: bench_ultrasound\n"
@@ -214,29 +285,33 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units) {
          "placement: {policy: static, interval_ms: 250}\n"
          "stages:\n"
          "  - id: probe\n"
-         "    type: video.source\n"
+         "    type: video.source\n" + on("u0") +
          "    params: {uri: \"synthetic://ultrasound?seed=1\", format: GRAY8, fps: " + std::string(f) + ", count: " +
          std::to_string(n) + "}\n"
          "  - id: enhance\n"
-         "    type: ultrasound.enhance\n"
+         "    type: ultrasound.enhance\n" + on("u1") +
          "    inputs: {frames: probe/frames}\n" + q +
          "  - id: segment\n"
-         "    type: ultrasound.segment\n"
+         "    type: ultrasound.segment\n" + on("u2") +
          "    inputs: {frames: probe/frames, enhanced: enhance/frames}\n"
-         "    join: {key: seq, timeout_ms: 500}\n" + q +
+         + join + q +
          "  - id: flow\n"
-         "    type: ultrasound.flow\n"
+         "    type: ultrasound.flow\n" + on("u3") +
          "    key: stream\n"
          "    inputs: {frames: probe/frames}\n" + q +
          "  - id: report\n"
-         "    type: ultrasound.report\n"
+         "    type: ultrasound.report\n" + on("u0") +
          "    inputs: {lesions: segment/results, vessels: flow/results}\n"
-         "    join: {key: seq, timeout_ms: 500}\n"
+         + join +
          "    params: {summary: false}\n"
          "    queue: {capacity: 8}\n"
+         "  - id: lines\n"
+         "    type: lm.detokenize\n" + on("u0") +
+         "    inputs: {in: report/findings}\n"
+         "    queue: {capacity: 256}\n"
          "  - id: sink\n"
-         "    type: bench.lines\n"
-         "    inputs: {findings: report/findings}\n"
+         "    type: bench.lines\n" + on("u0") +
+         "    inputs: {lines: lines/out}\n"
          "    queue: {capacity: 64}\n";
 }
 
@@ -246,16 +321,17 @@ std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
   return it == s->counters.end() ? 0 : it->second;
 }
 
-Result run_swarmflow(std::int64_t n, double fps, int units) {
+Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int threads) {
   swarmflow::RuntimeOptions ro;
-  ro.threads = 2;
+  ro.threads = threads;
   swarmflow::Runtime runtime(ro);
   Result r;
   swarmflow::register_video_stages(runtime.registry());
   swarmflow::register_ultrasound_stages(runtime.registry());
   swarmflow::Status s = runtime.registry().add<LineCounter>("bench.lines", "counts the report's lines");
   std::vector<swarmflow::Diagnostic> diagnostics;
-  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units), "bench_ultrasound.yaml", &diagnostics);
+  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units, pinned && units == 4), "bench_ultrasound.yaml",
+                                         &diagnostics);
   if (!s.ok()) {
     std::fprintf(stderr, "the bench pipeline does not load: %s\n%s\n", s.message().c_str(),
                  swarmflow::format_diagnostics(diagnostics).c_str());
@@ -272,6 +348,8 @@ Result run_swarmflow(std::int64_t n, double fps, int units) {
   const auto* sink = report.stage("sink");
   r.frames = counter(rep, "frames");
   r.lines = counter(sink, "received");
+  r.tokens = counter(rep, "tokens");
+  for (const auto& u : report.units) r.between_units += u.sent;
   const auto facts = counter(rep, "facts");
   r.facts = facts > 0 ? static_cast<double>(counter(rep, "facts_right")) / static_cast<double>(facts) : 0;
   r.p50_ms = static_cast<double>(counter(rep, "latency_p50_us")) / 1000;
@@ -297,39 +375,81 @@ Result median(std::vector<Result> runs) {
 int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) return 2;
+  if (o.cv_threads >= 0) cv::setNumThreads(o.cv_threads);
   bool ok = true;
   std::printf("swarmflow ultrasound benchmark: synthetic probe (seed 1) at 640x480, enhance + segment + flow + "
               "report per frame\n");
   if (o.only != "latency") {
-    std::printf("\ncost, unpaced, N=%lld frames, each side %d times alternating, median (by CPU) reported:\n",
-                static_cast<long long>(o.n), o.repeat);
-    std::vector<Result> plain, sf4, sf1;
+    std::printf("\ncost, unpaced: each side %d times alternating, N=%lld frames and %d frames; per frame = the "
+                "difference over N-%d frames (start and stop apart), all in = the N-frame run; medians:\n",
+                o.repeat, static_cast<long long>(o.n), kShortRun, kShortRun);
+    struct Side {
+      const char* key;
+      const char* name;
+      int units;
+      bool pinned;
+      std::vector<Result> runs;
+      std::vector<double> per_frame_s;  ///< CPU of the N-frame run less the short run's, over the frames between
+      std::vector<double> fixed_s;      ///< the short run's CPU less its frames' share: start and stop
+    };
+    std::vector<Side> sides = {{"plain", "plain OpenCV loop", 0, false, {}, {}, {}},
+                               {"4", "swarmflow, 4 units", 4, true, {}, {}, {}},
+                               {"spread", "4 units, spread", 4, false, {}, {}, {}},
+                               {"1", "swarmflow, 1 unit", 1, false, {}, {}, {}}};
+    auto run = [&](const Side& side, std::int64_t frames) {
+      return side.units == 0 ? run_plain(frames, 0)
+                             : run_swarmflow(frames, 0, side.units, side.pinned, o.unit_threads);
+    };
     for (int i = 0; i < o.repeat; ++i) {
-      plain.push_back(run_plain(o.n, 0));
-      sf4.push_back(run_swarmflow(o.n, 0, 4));
-      sf1.push_back(run_swarmflow(o.n, 0, 1));
-      for (const Result* r : {&plain.back(), &sf4.back(), &sf1.back()}) {
-        if (!r->ok) {
-          std::printf("  a run failed: %s\n", r->problem.c_str());
-          ok = false;
+      for (Side& side : sides) {
+        if (!o.side.empty() && o.side != side.key) continue;
+        const Result full = run(side, o.n);
+        const Result brief = run(side, kShortRun);
+        for (const Result* r : {&full, &brief}) {
+          if (!r->ok) {
+            std::printf("  a run failed (%s): %s\n", side.name, r->problem.c_str());
+            ok = false;
+          }
         }
+        const double per_frame = (full.cpu_s - brief.cpu_s) / static_cast<double>(o.n - kShortRun);
+        side.per_frame_s.push_back(per_frame);
+        side.fixed_s.push_back(brief.cpu_s - per_frame * kShortRun);
+        side.runs.push_back(full);
       }
     }
-    const Result p = median(plain), a = median(sf4), b = median(sf1);
-    const double n = static_cast<double>(o.n);
-    auto row = [&](const char* name, const Result& r) {
-      std::printf("  %-22s cpu %7.2f ms/frame (x%.3f)   wall %7.2f ms/frame (x%.3f)   facts right %.3f\n", name,
-                  r.cpu_s * 1e3 / n, r.cpu_s / p.cpu_s, r.wall_s * 1e3 / n, r.wall_s / p.wall_s, r.facts);
+    auto middle = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[(v.size() - 1) / 2];
     };
-    row("plain OpenCV loop", p);
-    row("swarmflow, 4 units", a);
-    row("swarmflow, 1 unit", b);
+    const double n = static_cast<double>(o.n);
+    const bool with_plain = !sides[0].runs.empty();
+    const Result p = with_plain ? median(sides[0].runs) : Result{};
+    const double p_frame = with_plain ? middle(sides[0].per_frame_s) : 0;
+    for (Side& side : sides) {
+      if (side.runs.empty()) continue;
+      const Result r = median(side.runs);
+      const double frame = middle(side.per_frame_s);
+      std::printf("  %-19s per frame cpu %6.2f ms", side.name, frame * 1e3);
+      if (with_plain) std::printf(" (x%.3f)", frame / p_frame);
+      std::printf(", start+stop %5.1f ms | all in: cpu %6.2f ms/frame", middle(side.fixed_s) * 1e3, r.cpu_s * 1e3 / n);
+      if (with_plain) std::printf(" (x%.3f)", r.cpu_s / p.cpu_s);
+      std::printf(", wall %6.2f", r.wall_s * 1e3 / n);
+      if (with_plain) std::printf(" (x%.3f)", r.wall_s / p.wall_s);
+      std::printf(" | %.1f messages between units a frame | facts %.3f, %lld lines, %lld tokens\n",
+                  static_cast<double>(r.between_units) / n, r.facts, static_cast<long long>(r.lines),
+                  static_cast<long long>(r.tokens));
+      // The same work on both sides: the same lines, word for word.
+      if (with_plain && (r.lines != p.lines || r.tokens != p.tokens)) {
+        std::printf("  %s made other lines than the plain loop\n", side.name);
+        ok = false;
+      }
+    }
   }
   if (o.only != "cost") {
     std::printf("\nlatency, paced at 30 fps, M=%lld frames, frame capture -> report line:\n",
                 static_cast<long long>(o.latency_n));
     const Result p = run_plain(o.latency_n, 30);
-    const Result a = run_swarmflow(o.latency_n, 30, 4);
+    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads);
     for (const Result* r : {&p, &a}) {
       if (!r->ok) {
         std::printf("  a run failed: %s\n", r->problem.c_str());

@@ -31,6 +31,9 @@
 ///   histograms ttft_ms, tpot_ms, batch_size.
 /// lm.detokenize — input `in` (Tokens), output `out` (swarmflow.schema.Completion).
 ///   Collects each request's pieces; at its final token emits its text.
+///   Under `swarmflow serve` it hands each token, in order, to the server:
+///   to the client whose request it answers, or, in a pipeline without
+///   lm.prompts, to the clients that follow GET /v1/streams (docs/serving.md).
 ///
 /// ```yaml
 /// stages:

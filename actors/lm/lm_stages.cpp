@@ -545,6 +545,7 @@ bool Detokenize::advance(Partial& part, std::uint64_t id, ServeHub* hub) {
       e.piece = std::move(tok.piece);
       e.logprob = tok.logprob;
       e.prompt_tokens = part.prompt_tokens;
+      e.position = part.next - 1;
       e.final = part.ended && !part.end_only && part.next == part.end;
       if (e.final) e.finish_reason = part.finish_reason;
       hub->deliver(id, std::move(e));
@@ -555,6 +556,7 @@ bool Detokenize::advance(Partial& part, std::uint64_t id, ServeHub* hub) {
     ServeEvent e;
     e.final = true;
     e.finish_reason = part.finish_reason;
+    e.position = part.next;
     hub->deliver(id, std::move(e));
   }
   return true;

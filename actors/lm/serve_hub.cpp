@@ -1,5 +1,6 @@
 #include "lm/serve_hub.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 namespace swarmflow::lm {
@@ -81,10 +82,60 @@ bool ServeHub::closed() const {
 
 void ServeHub::deliver(std::uint64_t id, ServeEvent event) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (followed_) {
+    if (log_.size() >= backlog_) log_.pop_front();
+    log_.push_back(FollowedEvent{log_next_++, id, std::move(event)});
+    ++figures_.followed_events;
+    log_grew_.notify_all();
+    return;
+  }
   auto it = active_.find(id);
   if (it == active_.end()) return;
   it->second.events.push_back(std::move(event));
   it->second.ready.notify_one();
+}
+
+void ServeHub::end_streams() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ended_ = true;
+  log_grew_.notify_all();
+}
+
+std::uint64_t ServeHub::follow_next() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return log_next_;
+}
+
+FollowBatch ServeHub::follow(std::uint64_t from, std::size_t max, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  FollowBatch batch;
+  const bool oldest = from == 0;
+  from = std::max<std::uint64_t>(from, 1);
+  log_grew_.wait_for(lock, timeout, [&] { return log_next_ > from || ended_; });
+  const std::uint64_t first = log_.empty() ? log_next_ : log_.front().number;
+  if (oldest) from = std::max(from, first);
+  if (from < first) {
+    batch.lost = first - from;
+    figures_.follow_lost += batch.lost;
+    from = first;
+  }
+  for (std::uint64_t k = from - first; k < log_.size() && batch.events.size() < max; ++k) {
+    batch.events.push_back(log_[static_cast<std::size_t>(k)]);
+  }
+  batch.ended = ended_ && from + batch.events.size() >= log_next_;
+  return batch;
+}
+
+bool ServeHub::add_follower(std::size_t max_followers) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (figures_.followers >= max_followers) return false;
+  ++figures_.followers;
+  return true;
+}
+
+void ServeHub::remove_follower() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (figures_.followers > 0) --figures_.followers;
 }
 
 ServeHub::Figures ServeHub::figures() const {

@@ -12,6 +12,13 @@
 /// process reads requests from it instead of its file (its parameters are
 /// the defaults of what a request leaves out) and ends its stream once the
 /// hub is closed; every lm.detokenize delivers to it.
+///
+/// A pipeline that takes no requests (no lm.prompts: its token streams come
+/// from its own sources, as ultrasound.report's findings do) is *followed*
+/// instead: every token lm.detokenize passes on goes into a bounded log that
+/// any number of clients read from where they are (GET /v1/streams). A
+/// follower that falls further behind than the log holds skips what it
+/// lost, and is told how much; nothing waits for a slow follower.
 
 #include <chrono>
 #include <condition_variable>
@@ -47,12 +54,33 @@ struct ServeEvent {
   bool final = false;
   std::string finish_reason;  ///< with final: length, stop, context, cancelled, refused: why
   std::uint32_t prompt_tokens = 0;  ///< with the first token
+  std::uint64_t position = 0;       ///< the token's place in its stream (of the end: one past its last)
+};
+
+/// A token of a followed stream, numbered in the order the log took it.
+struct FollowedEvent {
+  std::uint64_t number = 0;   ///< from 1, one more for each event the log takes
+  std::uint64_t request = 0;  ///< the stream's request id
+  ServeEvent event;
+};
+
+/// What a follower reads at once.
+struct FollowBatch {
+  std::vector<FollowedEvent> events;  ///< in order, from the cursor on
+  std::uint64_t lost = 0;             ///< events before those that the log no longer held
+  bool ended = false;                 ///< the pipeline has finished and the follower has read everything
 };
 
 class ServeHub {
  public:
   /// At most `max_active` requests admitted and not finished at once.
   explicit ServeHub(std::size_t max_active) : max_active_(max_active) {}
+  /// A hub that is followed (a pipeline that takes no requests): its log
+  /// keeps the last `backlog` events.
+  static constexpr std::size_t kFollowBacklog = 8192;
+  ServeHub(std::size_t max_active, bool followed, std::size_t backlog = kFollowBacklog)
+      : max_active_(max_active), followed_(followed), backlog_(backlog) {}
+  bool followed() const { return followed_; }
 
   // -- the server's side
   /// Admits a request and gives it an id; nullopt when `max_active` are
@@ -73,8 +101,25 @@ class ServeHub {
   /// The next request to send into the pipeline, if any.
   std::optional<ServeRequest> take();
   bool closed() const;
-  /// An event for request `id` (ignored if it is no longer held).
+  /// An event for request `id` (ignored if it is no longer held); on a
+  /// followed hub, the next event of the log.
   void deliver(std::uint64_t id, ServeEvent event);
+  /// The pipeline has finished: followers end once they have read the log.
+  void end_streams();
+
+  // -- a follower's side (a followed hub)
+  /// The number the next event will get: where a follower of what comes
+  /// from now on starts.
+  std::uint64_t follow_next() const;
+  /// Events numbered `from` on (at most `max`), waiting up to `timeout` for
+  /// one; empty on timeout. `from` 0 is the oldest the log holds;
+  /// events from `from` on that the log no longer holds are `lost` (and
+  /// counted in the figures).
+  FollowBatch follow(std::uint64_t from, std::size_t max, std::chrono::milliseconds timeout);
+  /// A follower came or went (counted in the figures); false when
+  /// `max_followers` follow already.
+  bool add_follower(std::size_t max_followers);
+  void remove_follower();
 
   // -- figures
   struct Figures {
@@ -84,6 +129,9 @@ class ServeHub {
     std::uint64_t overloaded = 0;  ///< refused because max_active were in flight
     std::uint64_t cancelled = 0;   ///< withdrawn because their client went away
     std::uint64_t completed = 0;
+    std::size_t followers = 0;         ///< clients following the streams now
+    std::uint64_t followed_events = 0;  ///< events the follow log took
+    std::uint64_t follow_lost = 0;      ///< events followers asked for that the log no longer held
   };
   Figures figures() const;
 
@@ -101,6 +149,13 @@ class ServeHub {
   std::map<std::uint64_t, Active> active_;
   bool closed_ = false;
   Figures figures_;
+  // The follow log: events numbered log_first_ on.
+  bool followed_ = false;
+  std::size_t backlog_ = kFollowBacklog;
+  std::deque<FollowedEvent> log_;
+  std::uint64_t log_next_ = 1;
+  bool ended_ = false;
+  std::condition_variable log_grew_;
 };
 
 /// The hub of this process's server, or null; set it before the pipeline

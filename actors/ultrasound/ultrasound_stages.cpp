@@ -39,12 +39,6 @@ cv::Mat grey_of(const schema::Frame& frame, cv::Mat& scratch, std::string* error
   return {};
 }
 
-std::string fixed(double v, int digits = 1) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 }  // namespace
 
 // -- ultrasound.enhance ----------------------------------------------------------
@@ -241,7 +235,16 @@ Status Flow::process(Inputs& in, Outputs& out, StageContext&) {
   }
   vessels_->fetch_add(static_cast<std::int64_t>(vessels.size()), std::memory_order_relaxed);
   prev.index = frame->frame_index();
-  grey.copyTo(prev.grey);
+  if (grey.data == grey_.data) {
+    // Converted from colour into scratch, which the next frame overwrites.
+    grey.copyTo(prev.owned);
+    prev.grey = prev.owned;
+    prev.payload.reset();
+  } else {
+    // A view into the payload: keep the payload (a reference), not a copy.
+    prev.payload = envelope->payload();
+    prev.grey = grey;
+  }
 
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<schema::Vessel>> list;
@@ -323,36 +326,6 @@ std::vector<VesselFinding> vessels_of(const schema::UltrasoundResults* r) {
   return out;
 }
 
-std::string mass_of(const std::string& echogenicity) {
-  if (echogenicity == "anechoic") return "anechoic cyst";
-  if (echogenicity == "hypoechoic") return "hypoechoic solid mass";
-  if (echogenicity == "hyperechoic") return "hyperechoic mass";
-  return echogenicity + " lesion";
-}
-
-std::string posterior_of(const std::string& posterior) {
-  if (posterior == "enhancement") return "posterior acoustic enhancement";
-  if (posterior == "shadowing") return "posterior acoustic shadowing";
-  return "no posterior feature";
-}
-
-std::string flow_text(const std::vector<VesselFinding>& vessels) {
-  if (vessels.empty()) return "no vessel in view";
-  std::string t;
-  for (std::size_t i = 0; i < vessels.size(); ++i) {
-    const VesselFinding& v = vessels[i];
-    if (i > 0) t += "; ";
-    t += "vessel " + std::to_string(i + 1) + " ";
-    if (!v.tracked) {
-      t += "flow not measured";
-    } else {
-      t += "peak flow " + fixed(v.velocity_mm_s) + " mm/s (mean " + fixed(v.mean_velocity_mm_s) + ") to the " +
-           (v.direction > 0 ? "right" : "left");
-    }
-  }
-  return t;
-}
-
 }  // namespace
 
 void Report::setup(StageSpec& s) {
@@ -368,31 +341,31 @@ Status Report::start(StageContext& ctx) {
   return {};
 }
 
-void Report::emit_line(const std::string& text, std::uint64_t request, Outputs& out) {
-  std::vector<std::string> words;
-  std::istringstream in(text);
-  for (std::string w; in >> w;) words.push_back(std::move(w));
-  flatbuffers::FlatBufferBuilder fbb(256 + 2 * text.size());
-  std::vector<flatbuffers::Offset<flatbuffers::String>> pieces;
-  std::vector<int> ids;
-  std::vector<float> confidence;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    pieces.push_back(fbb.CreateString(i + 1 < words.size() ? words[i] + " " : words[i]));
-    ids.push_back(-1);  // text without a vocabulary
-    confidence.push_back(1.0F);
-  }
-  const auto ids_v = fbb.CreateVector(ids);
-  const auto pieces_v = fbb.CreateVector(pieces);
-  const auto conf_v = fbb.CreateVector(confidence);
-  const auto reason = fbb.CreateString("stop");
-  fbb.Finish(schema::CreateTokens(fbb, ids_v, pieces_v, 0, conf_v, true, request, 0, reason),
-             schema::TokensIdentifier());
+void Report::emit_line(const ReportLine& line, Outputs& out) {
+  // One envelope per word, as lm.generate sends one per token: position and
+  // seq count the words, the last is final with finish_reason "stop".
+  const std::vector<std::string> pieces = line_pieces(line.text);
   EnvelopeHeader h = out.base_header();
-  h.stream = request;
-  h.seq = 0;
-  h.vote_key = 0;
+  h.stream = line.request;
   h.confidence = 1.0F;
-  out.emit(findings_, Payload::from_builder(fbb), h);
+  const int no_vocabulary = -1;
+  const float certain = 1.0F, log_certain = 0.0F;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const bool final = k + 1 == pieces.size();
+    flatbuffers::FlatBufferBuilder fbb(160 + pieces[k].size(), &payload_allocator());
+    const auto ids = fbb.CreateVector(&no_vocabulary, 1);
+    const auto piece = fbb.CreateString(pieces[k]);
+    const auto piece_v = fbb.CreateVector(&piece, 1);
+    const auto conf = fbb.CreateVector(&certain, 1);
+    const auto lps = fbb.CreateVector(&log_certain, 1);
+    const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
+    fbb.Finish(schema::CreateTokens(fbb, ids, piece_v, k, conf, final, line.request, lps, reason),
+               schema::TokensIdentifier());
+    h.seq = k;
+    h.vote_key = piece_key(pieces[k]);
+    out.emit(findings_, Payload::from_builder(fbb), h);
+  }
+  tokens_sent_ += pieces.size();
   ++findings_sent_;
 }
 
@@ -404,22 +377,10 @@ Status Report::process(Inputs& in, Outputs& out, StageContext& ctx) {
   const std::uint64_t index = lr != nullptr ? lr->frame_index() : vr->frame_index();
   const std::vector<LesionFinding> lesions = lesions_of(lr);
   const std::vector<VesselFinding> vessels = vessels_of(vr);
-  const std::string flow = vr != nullptr ? flow_text(vessels) : "flow not measured";
-
-  if (lesions.empty()) {
-    emit_line("frame " + std::to_string(index) + ": no focal lesion; " + flow + ".", index * 16, out);
-  }
-  for (std::size_t i = 0; i < lesions.size(); ++i) {
-    const LesionFinding& l = lesions[i];
-    const std::string line = "frame " + std::to_string(index) + " lesion " + std::to_string(i + 1) + " of " +
-                             std::to_string(lesions.size()) + ": " + mass_of(l.echogenicity) + " " +
-                             fixed(l.size_mm) + " x " + fixed(l.width_mm) + " mm, " + l.shape + ", " + l.margin +
-                             " margin, " + posterior_of(l.posterior) + ", depth " + fixed(l.depth_mm) + " mm; " +
-                             flow + ".";
-    emit_line(line, index * 16 + std::min<std::uint64_t>(i + 1, 15), out);
-  }
+  const std::vector<ReportLine> lines = report_lines(index, lesions, vessels, vr != nullptr);
+  for (const ReportLine& line : lines) emit_line(line, out);
   ++frames_;
-  // Capture to report line.
+  // Capture to the report line's completion: its last token is out.
   const Envelope* e = in.envelope();
   if (e != nullptr && e->header().capture_ns > 0) {
     const double ms = static_cast<double>(ctx.now_ns() - e->header().capture_ns) / 1e6;
@@ -437,7 +398,13 @@ Status Report::process(Inputs& in, Outputs& out, StageContext& ctx) {
       const bool any_tracked = std::any_of(measured.begin(), measured.end(), [](const auto& v) { return v.tracked; });
       video::UltrasoundTruth scored = *truth;
       if (!any_tracked) scored.vessels.clear();
-      tally_.add(score_frame(scored, lesions, measured, static_cast<int>(lr->width()), static_cast<int>(lr->height())));
+      // The report's facts as its text states them (Dice from the outlines).
+      int stated_count = -1;
+      const std::vector<LesionFinding> stated = stated_lesions(lesions, lines, &stated_count);
+      FrameScore score =
+          score_frame(scored, stated, measured, static_cast<int>(lr->width()), static_cast<int>(lr->height()));
+      score.count_right = stated_count >= 0 && static_cast<std::size_t>(stated_count) == truth->lesions.size();
+      tally_.add(score);
     }
   }
   if (frames_ % 10 == 0) publish();
@@ -451,6 +418,7 @@ void Report::publish() {
   };
   set("frames", static_cast<double>(frames_));
   set("findings", static_cast<double>(findings_sent_));
+  set("tokens", static_cast<double>(tokens_sent_));
   set("partial", static_cast<double>(partial_));
   set("scored_frames", static_cast<double>(tally_.frames));
   set("lesions_truth", static_cast<double>(tally_.lesions()));
@@ -488,8 +456,8 @@ void Report::publish() {
 bool Report::snapshot(std::string& out) const {
   std::ostringstream o;
   o.precision(17);
-  o << "ultrasound.report 1\n"
-    << frames_ << ' ' << findings_sent_ << ' ' << partial_ << ' ' << latency_count_ << ' ' << latency_max_ms_ << '\n'
+  o << "ultrasound.report 2\n"
+    << frames_ << ' ' << findings_sent_ << ' ' << tokens_sent_ << ' ' << partial_ << ' ' << latency_count_ << ' ' << latency_max_ms_ << '\n'
     << tally_.frames << ' ' << tally_.count_right << ' ' << tally_.false_lesions << ' ' << tally_.vessels << ' '
     << tally_.vessels_found << ' ' << tally_.flow_error_sum << ' ' << tally_.flow_error_max << '\n'
     << tally_.by_class.size() << '\n';
@@ -509,11 +477,11 @@ Status Report::restore(const std::string& state) {
   std::string tag;
   int version = 0;
   ScoreTally t;
-  std::uint64_t frames = 0, sent = 0, partial = 0, count = 0;
+  std::uint64_t frames = 0, sent = 0, tokens = 0, partial = 0, count = 0;
   double max_ms = 0;
   std::size_t classes = 0;
-  bool ok = static_cast<bool>(in >> tag >> version) && tag == "ultrasound.report" && version == 1;
-  ok = ok && static_cast<bool>(in >> frames >> sent >> partial >> count >> max_ms);
+  bool ok = static_cast<bool>(in >> tag >> version) && tag == "ultrasound.report" && version == 2;
+  ok = ok && static_cast<bool>(in >> frames >> sent >> tokens >> partial >> count >> max_ms);
   ok = ok && static_cast<bool>(in >> t.frames >> t.count_right >> t.false_lesions >> t.vessels >> t.vessels_found >>
                                t.flow_error_sum >> t.flow_error_max >> classes);
   for (std::size_t i = 0; ok && i < classes; ++i) {
@@ -535,6 +503,7 @@ Status Report::restore(const std::string& state) {
   tally_ = std::move(t);
   frames_ = frames;
   findings_sent_ = sent;
+  tokens_sent_ = tokens;
   partial_ = partial;
   latency_count_ = count;
   latency_max_ms_ = max_ms;
@@ -552,8 +521,9 @@ void Report::stop(StageContext& ctx) {
 void Report::print_summary() const {
   const auto p50 = ctx_ != nullptr ? ctx_->counter("latency_p50_us").load() : 0;
   const auto p99 = ctx_ != nullptr ? ctx_->counter("latency_p99_us").load() : 0;
-  std::printf("\nultrasound: %llu frames reported, %llu findings streamed", static_cast<unsigned long long>(frames_),
-              static_cast<unsigned long long>(findings_sent_));
+  std::printf("\nultrasound: %llu frames reported, %llu findings streamed as %llu tokens",
+              static_cast<unsigned long long>(frames_), static_cast<unsigned long long>(findings_sent_),
+              static_cast<unsigned long long>(tokens_sent_));
   if (partial_ > 0) std::printf(" (%llu frames with lesions or flow missing)", static_cast<unsigned long long>(partial_));
   std::printf("\n");
   if (tally_.frames > 0) {

@@ -45,7 +45,8 @@
 /// output `results` (UltrasoundResults: one Vessel per vessel found, with its
 /// axis, radius, peak and mean velocity in mm/s against the tissue beside it,
 /// direction and tracking quality; no lesions). Keeps the previous frame of
-/// each stream (run it with `key: stream`); the first frame of a stream, and
+/// each stream (run it with `key: stream`): a reference to its payload, or
+/// for colour frames a copy of its grey plane; the first frame of a stream, and
 /// a frame that does not follow its predecessor, give vessels without flow.
 /// Parameters: mm_per_px 0.1; fps 30 [1, 1000] (the probe's frame rate: the
 /// time between two frames); max_velocity_mm_s 60 [1, 2000]; min_length 0.6
@@ -54,27 +55,33 @@
 /// Counters: frames, vessels, tracked.
 ///
 /// ## ultrasound.report
-/// One structured finding per lesion, streamed as text. Inputs `lesions`
-/// (ultrasound.segment's results) and `vessels` (ultrasound.flow's), joined
-/// by sequence; output `findings` (Tokens): per lesion one envelope whose
-/// pieces are the words of a line such as
-/// `frame 42 lesion 1 of 2: hypoechoic solid mass 8.4 x 6.1 mm, oval,
-/// circumscribed margin, no posterior feature, depth 21.3 mm; vessel 1 flow
-/// 18.2 mm/s to the right.`, request_id = frame index x 16 + lesion number
-/// (a frame without lesions sends one `no focal lesion` line as number 0),
-/// final = true, finish_reason "stop"; each envelope's stream is its
-/// request id, so io.jsonl and lm.detokenize gather it. Where the results
-/// carry a synthetic probe's ground truth it scores them: Dice per lesion
-/// type, size within 1 mm, echogenicity, the lesion count per frame and the
-/// relative error of the vessel velocity; and it measures the latency from
-/// frame capture to the report line. Counters (integers, read by the run
-/// report's `ultrasound` object): frames, findings, lesions_truth,
-/// dice_sum_ppm, facts, facts_right, count_right, size_right, class_right,
-/// vessels_truth, flow_error_sum_ppm, latency_p50_us, latency_p99_us,
-/// latency_max_us, and dice_sum_ppm.<type> / lesions_truth.<type> per lesion
-/// type. Prints the scored summary when it stops (`summary`). Run one
-/// replica. It is stateful: on a unit process its scores are snapshotted and
-/// a failover restores them elsewhere.
+/// One structured finding per lesion, streamed as text tokens. Inputs
+/// `lesions` (ultrasound.segment's results) and `vessels` (ultrasound.flow's),
+/// joined by sequence; output `findings` (Tokens, the token-stream schema of
+/// docs/lm.md): per lesion one line such as `frame 42 lesion 1 of 2:
+/// hypoechoic solid mass 8.4 x 6.1 mm, oval, circumscribed margin, no
+/// posterior feature, depth 21.3 mm; vessel 1 peak flow 18.2 mm/s (mean 9.1)
+/// to the right.` (ultrasound_report.hpp), sent as lm.generate sends tokens:
+/// one envelope per word (with the space after it), Tokens{ids: [-1] (no
+/// vocabulary), pieces: [word], position, confidence: [1], logprobs: [0],
+/// request_id, final, finish_reason}; the last word is final with
+/// finish_reason "stop". request_id = frame index x 16 + lesion number (a
+/// frame without lesions sends one `no focal lesion` line as number 0);
+/// header stream = request id, seq = position, vote_key = the word's
+/// FNV-1a hash, confidence 1. lm.detokenize gathers each line. Where the
+/// results carry a synthetic probe's ground truth it scores them: Dice per
+/// lesion type (from the outlines), and the report's facts as its text
+/// states them (read back from the line: the lesion count per frame, size
+/// within 1 mm, echogenicity), and the relative error of the vessel
+/// velocity; and it measures the latency from frame capture to the report
+/// line's completion (its last token sent). Counters (integers, read by
+/// the run report's `ultrasound` object): frames, findings (lines), tokens,
+/// lesions_truth, dice_sum_ppm, facts, facts_right, count_right,
+/// size_right, class_right, vessels_truth, flow_error_sum_ppm,
+/// latency_p50_us, latency_p99_us, latency_max_us, and dice_sum_ppm.<type> /
+/// lesions_truth.<type> per lesion type. Prints the scored summary when it
+/// stops (`summary`). Run one replica. It is stateful: on a unit process
+/// its scores are snapshotted and a failover restores them elsewhere.
 ///
 /// ```yaml
 /// stages:
@@ -89,7 +96,8 @@
 ///     type: ultrasound.report
 ///     inputs: {lesions: segment/results, vessels: flow/results}
 ///     join: {key: seq, timeout_ms: 500}
-///   - {id: lines, type: io.jsonl, inputs: {in: report/findings}, params: {path: findings.jsonl}}
+///   - {id: lines, type: lm.detokenize, inputs: {in: report/findings}}
+///   - {id: findings, type: io.jsonl, inputs: {in: lines/out}, params: {path: findings.jsonl}}
 /// ```
 
 #include <array>
@@ -106,6 +114,7 @@
 #include <swarmflow/stage.hpp>
 
 #include "ultrasound/ultrasound_image.hpp"
+#include "ultrasound/ultrasound_report.hpp"
 #include "ultrasound/ultrasound_score.hpp"
 
 namespace swarmflow::ultrasound {
@@ -154,7 +163,9 @@ class Flow final : public Stage {
   FlowParams params_;
   struct Previous {
     std::uint64_t index = 0;
-    cv::Mat grey;
+    cv::Mat grey;        ///< a view into `payload`, or `owned`
+    PayloadPtr payload;  ///< the previous frame's, while `grey` views its pixels
+    cv::Mat owned;       ///< a copy, for frames converted from colour
   };
   std::map<std::uint64_t, Previous> previous_;  ///< by stream; bounded by the streams one replica sees
   cv::Mat grey_;
@@ -177,7 +188,7 @@ class Report final : public Stage {
   const ScoreTally& tally() const { return tally_; }
 
  private:
-  void emit_line(const std::string& text, std::uint64_t request, Outputs& out);
+  void emit_line(const ReportLine& line, Outputs& out);
   void publish();
   void print_summary() const;
 
@@ -187,7 +198,7 @@ class Report final : public Stage {
   bool summary_ = true;
   StageContext* ctx_ = nullptr;
   ScoreTally tally_;
-  std::uint64_t frames_ = 0, findings_sent_ = 0, partial_ = 0;
+  std::uint64_t frames_ = 0, findings_sent_ = 0, tokens_sent_ = 0, partial_ = 0;
   /// Latency from capture to report line, 0.1 ms buckets up to 2 s (the last
   /// bucket holds everything slower): bounded, whatever the run's length.
   std::vector<std::uint64_t> latency_;

@@ -153,6 +153,8 @@ struct RunArgs {
   /// `swarmflow serve`: the HTTP API's options (address empty for `run`).
   swarmflow::cli::ServeOptions serve;
   std::size_t max_active = 64;  ///< --max-active: requests in flight at most; more get 429
+  /// --follow-backlog: token events a followed pipeline's log keeps for its followers
+  std::size_t follow_backlog = swarmflow::lm::ServeHub::kFollowBacklog;
 };
 
 /// /api/v1/state: the run report as it stands, on one line (an SSE event
@@ -210,15 +212,19 @@ constexpr int kUnitDrainMs = 500;
 /// to hand its replicas over before it stops as if it could not.
 constexpr int kUnitHandOverMs = 5000;
 
-/// What `swarmflow serve` needs of the pipeline: where requests enter and
-/// answers leave (lm.prompts, lm.detokenize), in units of this process, and
-/// the model it names. False, having said why, when the file cannot serve.
-bool check_servable(swarmflow::Runtime& rt, const RunArgs& args, swarmflow::cli::ServeOptions& serve) {
+/// What `swarmflow serve` needs of the pipeline: where answers leave
+/// (lm.detokenize) and, if it takes requests, where they enter
+/// (lm.prompts), in units of this process, and the model it names. False,
+/// having said why, when the file cannot serve. `*followed`: it takes no
+/// requests, and clients follow the token streams it makes itself.
+bool check_servable(swarmflow::Runtime& rt, const RunArgs& args, swarmflow::cli::ServeOptions& serve,
+                    bool* followed) {
   std::vector<swarmflow::Diagnostic> diagnostics;
   const auto spec = swarmflow::config::load_pipeline_file(args.file, rt.registry(), diagnostics);
   if (!spec) return false;  // load() has said why
   bool prompts = false;
   bool detokenize = false;
+  bool generate = false;
   for (const auto& s : spec->stages) {
     const bool end = s.type == "lm.prompts" || s.type == "lm.detokenize";
     prompts = prompts || s.type == "lm.prompts";
@@ -238,6 +244,7 @@ bool check_servable(swarmflow::Runtime& rt, const RunArgs& args, swarmflow::cli:
       }
     }
     if (s.type == "lm.generate") {
+      generate = true;
       for (const auto& p : s.params) {
         if (p.name == "model" && std::holds_alternative<std::string>(p.value)) {
           serve.model = std::filesystem::path(std::get<std::string>(p.value)).stem().string();
@@ -245,14 +252,15 @@ bool check_servable(swarmflow::Runtime& rt, const RunArgs& args, swarmflow::cli:
       }
     }
   }
-  if (!prompts || !detokenize) {
+  if (!detokenize) {
     std::fprintf(stderr,
-                 "swarmflow: serve: %s has no %s stage; requests enter a served pipeline at lm.prompts and "
-                 "their tokens leave it at lm.detokenize (docs/serving.md)\n",
-                 args.file.c_str(), prompts ? "lm.detokenize" : "lm.prompts");
+                 "swarmflow: serve: %s has no lm.detokenize stage; token streams leave a served pipeline there "
+                 "(requests, if it takes them, enter at lm.prompts; docs/serving.md)\n",
+                 args.file.c_str());
     return false;
   }
-  if (serve.model == "swarmflow") serve.model = "devil-1m";  // lm.generate's default model
+  *followed = !prompts;
+  if (generate && serve.model == "swarmflow") serve.model = "devil-1m";  // lm.generate's default model
   return true;
 }
 
@@ -291,8 +299,9 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
   const bool serving = !args.serve.address.empty();
   if (serving) {
     swarmflow::cli::ServeOptions serve = args.serve;
-    if (!check_servable(rt, args, serve)) return kExitInvalid;
-    hub = std::make_unique<swarmflow::lm::ServeHub>(args.max_active);
+    bool followed = false;
+    if (!check_servable(rt, args, serve, &followed)) return kExitInvalid;
+    hub = std::make_unique<swarmflow::lm::ServeHub>(args.max_active, followed, args.follow_backlog);
     std::string error;
     api = swarmflow::cli::ApiServer::start(serve, *hub, [&rt] { return serve_health(rt.report()); }, &error);
     if (!api) {
@@ -301,8 +310,13 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     }
     swarmflow::lm::attach_serve_hub(hub.get());
     std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-stream is an error on write, not a signal
-    std::fprintf(stderr, "swarmflow: serving %s (model %s) at http://%s:%d\n", args.file.c_str(),
-                 serve.model.c_str(), serve.address.substr(0, serve.address.rfind(':')).c_str(), api->port());
+    if (followed) {
+      std::fprintf(stderr, "swarmflow: serving %s (its token streams at /v1/streams) at http://%s:%d\n",
+                   args.file.c_str(), serve.address.substr(0, serve.address.rfind(':')).c_str(), api->port());
+    } else {
+      std::fprintf(stderr, "swarmflow: serving %s (model %s) at http://%s:%d\n", args.file.c_str(),
+                   serve.model.c_str(), serve.address.substr(0, serve.address.rfind(':')).c_str(), api->port());
+    }
   }
   struct Detach {
     bool on;
@@ -335,15 +349,34 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
   auto last_print = t0;
   swarmflow::RunReport previous = rt.report();
   bool stop_sent = false;
+  bool streams_ended = false;
   bool leave_asked = false;
   bool leaving = false;
   auto stop_time = t0;
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(args.coordinator ? 100 : 20));
     swarmflow::RunReport now = rt.report();
-    if (now.finished) break;
     const auto t = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(t - t0).count();
+    if (now.finished) {
+      // A followed pipeline whose sources have ended: its followers read to
+      // the end of its streams, and the server answers until it is stopped.
+      if (serving && hub->followed() && !stop_sent) {
+        if (!streams_ended) {
+          hub->end_streams();
+          streams_ended = true;
+          if (!args.quiet) {
+            std::fputs("\nswarmflow: the pipeline has finished; its streams stay at /v1/streams until stopped "
+                       "(SIGINT, SIGTERM or --duration)\n",
+                       stderr);
+          }
+        }
+        if (g_signals.load() == 0 && !(args.duration_s > 0 && elapsed >= args.duration_s)) continue;
+        api->stop();
+        hub->close();
+      }
+      break;
+    }
     // A unit process asked to stop leaves the run: the coordinator hands its
     // replicas over to the other units and the run goes on without it.
     if (!stop_sent && !leave_asked && !args.coordinator && g_signals.load() > 0) {
@@ -581,8 +614,10 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
 
   RunArgs serve_args;
   auto* serve = app.add_subcommand(
-      "serve", "run a pipeline behind an OpenAI-compatible HTTP API until stopped (docs/serving.md)");
-  serve->add_option("file", serve_args.file, "pipeline definition (YAML) with lm.prompts and lm.detokenize")
+      "serve", "run a pipeline behind an OpenAI-compatible HTTP API, or with its token streams to follow, until "
+               "stopped (docs/serving.md)");
+  serve->add_option("file", serve_args.file,
+                    "pipeline definition (YAML) with lm.detokenize, and lm.prompts if it takes requests")
       ->required()
       ->type_name(kPipelineValue);
   serve->add_option("--http", serve_args.serve.address, "serve the API at http://HOST:PORT (port 0: any free one)")
@@ -592,6 +627,10 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   serve->add_option("--max-prompt-bytes", serve_args.serve.max_prompt_bytes, "longer prompts are answered 400")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  serve->add_option("--follow-backlog", serve_args.follow_backlog,
+                    "a pipeline without lm.prompts: token events kept for clients that follow /v1/streams")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   serve->add_option("--report", serve_args.report, "write the run report as JSON to this file when it stops")

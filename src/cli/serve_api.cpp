@@ -25,6 +25,11 @@ using Json = nlohmann::ordered_json;
 constexpr std::chrono::milliseconds kPollInterval{50};
 /// Requests answered at once, streams included.
 constexpr std::size_t kServerThreads = 64;
+/// Clients following a pipeline's token streams at once (each holds one of
+/// the server's threads); more are answered 429.
+constexpr std::size_t kMaxFollowers = 16;
+/// Events a follower's stream writes at once, at most.
+constexpr std::size_t kFollowBatch = 256;
 
 std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -150,6 +155,46 @@ std::string api_finish_reason(const std::string& reason) {
   return reason;
 }
 
+/// One followed token as a Server-Sent Event: its number in the follow log
+/// as the event id (what a reconnecting EventSource sends back as
+/// Last-Event-ID), the token as JSON.
+std::string follow_event(const lm::FollowedEvent& f) {
+  Json j = Json::object();
+  j["request_id"] = f.request;
+  j["position"] = f.event.position;
+  if (f.event.token >= 0) j["token"] = f.event.token;
+  j["text"] = f.event.piece;
+  j["final"] = f.event.final;
+  if (f.event.final) j["finish_reason"] = f.event.finish_reason;
+  return "id: " + std::to_string(f.number) + "\ndata: " +
+         j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+/// Where a follower starts: `?from=N` (0: the oldest the log holds), else
+/// after a reconnecting client's Last-Event-ID, else what comes from now
+/// on. False (with the error) for a `from` that is not a number.
+bool follow_start(const httplib::Request& req, const lm::ServeHub& hub, std::uint64_t& from, std::string* error) {
+  auto number = [](const std::string& text, std::uint64_t& out) {
+    if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::stoull(text);
+    return true;
+  };
+  if (req.has_param("from")) {
+    if (!number(req.get_param_value("from"), from)) {
+      *error = "'from' must be an event number (0: the oldest still kept)";
+      return false;
+    }
+    return true;
+  }
+  std::uint64_t last = 0;
+  if (req.has_header("Last-Event-ID") && number(req.get_header_value("Last-Event-ID"), last)) {
+    from = last + 1;
+    return true;
+  }
+  from = hub.follow_next();
+  return true;
+}
+
 }  // namespace
 
 std::optional<ApiRequest> parse_api_request(const std::string& body, bool chat, const ServeOptions& options,
@@ -244,8 +289,52 @@ struct ApiServer::Impl {
   std::atomic<bool> stopping{false};
 
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void follow(const httplib::Request& req, httplib::Response& res);
   void models(httplib::Response& res) const;
 };
+
+void ApiServer::Impl::follow(const httplib::Request& req, httplib::Response& res) {
+  if (!hub->followed()) {
+    return send_error(res, 404,
+                      "this pipeline answers requests (it has an lm.prompts stage): a client follows its own "
+                      "completion with \"stream\": true",
+                      "not_found_error");
+  }
+  std::uint64_t from = 0;
+  std::string error;
+  if (!follow_start(req, *hub, from, &error)) return send_error(res, 400, error, "invalid_request_error", "from");
+  if (stopping.load()) return send_error(res, 503, "the server is stopping", "server_error");
+  if (!hub->add_follower(kMaxFollowers)) {
+    res.set_header("Retry-After", "1");
+    return send_error(res, 429, "too many clients follow the streams already", "rate_limit_error", {}, "overloaded");
+  }
+  // Server-Sent Events: one per token, in the order lm.detokenize passed
+  // them on; `lost` when this client fell behind what the log keeps; `end`
+  // once the pipeline has finished and everything has been sent.
+  auto cursor = std::make_shared<std::uint64_t>(from);
+  lm::ServeHub* h = hub;
+  std::atomic<bool>* stop_flag = &stopping;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [h, cursor, stop_flag](std::size_t, httplib::DataSink& sink) {
+        lm::FollowBatch batch;
+        while (true) {
+          batch = h->follow(*cursor, kFollowBatch, kPollInterval);
+          if (!batch.events.empty() || batch.lost > 0 || batch.ended) break;
+          if (stop_flag->load() || !sink.is_writable()) return false;
+        }
+        std::string out;
+        if (batch.lost > 0) out += "event: lost\ndata: {\"lost\": " + std::to_string(batch.lost) + "}\n\n";
+        for (const lm::FollowedEvent& e : batch.events) out += follow_event(e);
+        if (batch.ended) out += "event: end\ndata: {\"reason\": \"the pipeline has finished\"}\n\n";
+        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+        *cursor = (batch.events.empty() ? *cursor + batch.lost : batch.events.back().number + 1);
+        if (batch.ended) sink.done();
+        return true;
+      },
+      [h](bool) { h->remove_follower(); });
+}
 
 void ApiServer::Impl::models(httplib::Response& res) const {
   Json m = Json::object();
@@ -260,6 +349,12 @@ void ApiServer::Impl::models(httplib::Response& res) const {
 }
 
 void ApiServer::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (hub->followed()) {
+    return send_error(res, 404,
+                      "this pipeline takes no requests (it has no lm.prompts stage); follow its token streams at "
+                      "GET /v1/streams",
+                      "not_found_error");
+  }
   std::string error, param;
   std::optional<ApiRequest> api = parse_api_request(req.body, chat, options, &error, &param);
   if (!api) return send_error(res, 400, error, "invalid_request_error", param);
@@ -420,6 +515,8 @@ std::unique_ptr<ApiServer> ApiServer::start(const ServeOptions& options, lm::Ser
   server.Post("/v1/chat/completions",
               [impl](const httplib::Request& req, httplib::Response& res) { impl->completion(req, res, true); });
   server.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) { impl->models(res); });
+  server.Get("/v1/streams",
+             [impl](const httplib::Request& req, httplib::Response& res) { impl->follow(req, res); });
   server.Get("/health", [impl](const httplib::Request&, httplib::Response& res) {
     const lm::ServeHub::Figures f = impl->hub->figures();
     Json j = Json::object();
@@ -431,6 +528,11 @@ std::unique_ptr<ApiServer> ApiServer::start(const ServeOptions& options, lm::Ser
     j["completed"] = f.completed;
     j["cancelled"] = f.cancelled;
     j["overloaded"] = f.overloaded;
+    if (impl->hub->followed()) {
+      j["followers"] = f.followers;
+      j["followed_tokens"] = f.followed_events;
+      j["follow_lost"] = f.follow_lost;
+    }
     if (impl->health) {
       const Json extra = Json::parse(impl->health(), nullptr, false);
       if (extra.is_object()) {

@@ -15,9 +15,12 @@
 #include <vector>
 
 #include <swarmflow/schema/blob_generated.h>
+#include <swarmflow/schema/completion_generated.h>
+#include <swarmflow/schema/consensus_generated.h>
 #include <swarmflow/schema/control_generated.h>
 #include <swarmflow/schema/envelope_generated.h>
 #include <swarmflow/schema/frame_generated.h>
+#include <swarmflow/schema/prompt_generated.h>
 #include <swarmflow/schema/tokens_generated.h>
 #include <swarmflow/schema/quality_generated.h>
 #include <swarmflow/schema/ultrasound_generated.h>
@@ -98,6 +101,11 @@ class TypeTable {
            [](flatbuffers::Verifier& v) { return schema::VerifyBatchReportBuffer(v); });
     insert(schema::UltrasoundResultsIdentifier(),
            [](flatbuffers::Verifier& v) { return schema::VerifyUltrasoundResultsBuffer(v); });
+    insert(schema::PromptIdentifier(), [](flatbuffers::Verifier& v) { return schema::VerifyPromptBuffer(v); });
+    insert(schema::CompletionIdentifier(),
+           [](flatbuffers::Verifier& v) { return schema::VerifyCompletionBuffer(v); });
+    insert(schema::VoteDecisionIdentifier(),
+           [](flatbuffers::Verifier& v) { return schema::VerifyVoteDecisionBuffer(v); });
   }
 
   // A replaced verifier stays alive (in `functions_`), so a pointer that find()

@@ -1,13 +1,17 @@
 // `swarmflow serve` over HTTP, as a client sees it: streamed completions
 // ending in [DONE], JSON errors for bad requests, cancellation when a client
-// goes away, 429 and 503 under overload, and a clean stop with its report.
-// The shipped model and pipelines/tokens.yaml; bounded waits, no timing asserted.
+// goes away, 429 and 503 under overload, and a clean stop with its report;
+// and a pipeline that takes no requests (the ultrasound example) followed
+// token by token at /v1/streams. The shipped model and pipelines/tokens.yaml;
+// bounded waits, no timing asserted.
 
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -301,6 +305,174 @@ TEST(Serve, OverloadIsAnswered429AndARequestGenerateRefusesIs503) {
   EXPECT_EQ(s.stop(), 0) << s.err();
 }
 
+/// The ultrasound example, short: `frames` frames of the synthetic probe,
+/// each finding streamed as word tokens, gathered by lm.detokenize into
+/// findings.jsonl. It takes no requests: clients follow it.
+std::string ultrasound_file(const TempDir& dir, int frames) {
+  return dir.write("ultrasound.yaml",
+                   "pipeline: ultrasound_follow\nunits: 2\nstages:\n"
+                   "  - id: probe\n    type: video.source\n    placement: {units: [u0]}\n"
+                   "    params: {uri: \"synthetic://ultrasound?seed=3&scene_frames=4\", format: GRAY8, fps: 0, count: " +
+                       std::to_string(frames) +
+                       "}\n"
+                       "  - {id: enhance, type: ultrasound.enhance, inputs: {frames: probe/frames}}\n"
+                       "  - id: segment\n    type: ultrasound.segment\n"
+                       "    inputs: {frames: probe/frames, enhanced: enhance/frames}\n    join: {key: seq}\n"
+                       "  - {id: flow, type: ultrasound.flow, key: stream, inputs: {frames: probe/frames}}\n"
+                       "  - id: report\n    type: ultrasound.report\n    placement: {units: [u1]}\n"
+                       "    inputs: {lesions: segment/results, vessels: flow/results}\n    join: {key: seq}\n"
+                       "    params: {summary: false}\n"
+                       "  - id: lines\n    type: lm.detokenize\n    placement: {units: [u1]}\n"
+                       "    inputs: {in: report/findings}\n    queue: {capacity: 256}\n"
+                       "  - id: findings\n    type: io.jsonl\n    inputs: {in: lines/out}\n"
+                       "    params: {path: \"" +
+                       dir.file("findings.jsonl") + "\"}\n");
+}
+
+/// One Server-Sent Event.
+struct Sse {
+  std::string id, event, data;
+};
+
+std::vector<Sse> parse_sse(const std::string& body) {
+  std::vector<Sse> out;
+  std::size_t at = 0;
+  while (at < body.size()) {
+    std::size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) end = body.size();
+    Sse e;
+    std::size_t line = at;
+    while (line < end) {
+      std::size_t eol = body.find('\n', line);
+      if (eol == std::string::npos || eol > end) eol = end;
+      const std::string l = body.substr(line, eol - line);
+      if (l.rfind("id: ", 0) == 0) e.id = l.substr(4);
+      if (l.rfind("event: ", 0) == 0) e.event = l.substr(7);
+      if (l.rfind("data: ", 0) == 0) e.data = l.substr(6);
+      line = eol + 1;
+    }
+    if (!e.data.empty() || !e.event.empty()) out.push_back(e);
+    at = end + 2;
+  }
+  return out;
+}
+
+TEST(Serve, APipelineWithoutRequestsIsFollowedTokenByTokenAtStreams) {
+  TempDir dir;
+  constexpr int kFrames = 8;
+  const std::string file = ultrasound_file(dir, kFrames);
+  Server s(dir, {}, file);
+  ASSERT_TRUE(s.up()) << s.err();
+  // Its sources end; the server goes on answering until it is stopped.
+  const Json h = wait_health(s, [](const Json& j) { return j.value("running", true) == false; });
+  ASSERT_FALSE(h.value("running", true)) << h.dump();
+
+  // Everything the log kept, from the oldest: one event per token, numbered
+  // 1, 2, 3, ...; each finding's tokens in order from position 0, the last
+  // final with "stop"; then the end.
+  auto all = s.client().Get("/v1/streams?from=0");
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->status, 200);
+  EXPECT_EQ(all->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<Sse> events = parse_sse(all->body);
+  ASSERT_GE(events.size(), 2U) << all->body;
+  EXPECT_EQ(events.back().event, "end");
+  std::map<std::uint64_t, std::string> texts;
+  std::map<std::uint64_t, std::uint64_t> next;
+  std::map<std::uint64_t, bool> ended;
+  std::uint64_t number = 0;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const Sse& e = events[i];
+    ASSERT_EQ(e.event, "") << e.data;
+    EXPECT_EQ(e.id, std::to_string(++number));
+    const Json t = Json::parse(e.data, nullptr, false);
+    ASSERT_TRUE(t.is_object()) << e.data;
+    const auto request = t["request_id"].get<std::uint64_t>();
+    EXPECT_FALSE(ended[request]) << "a token after the end of " << request;
+    EXPECT_EQ(t["position"].get<std::uint64_t>(), next[request]++) << e.data;
+    texts[request] += t["text"].get<std::string>();
+    ended[request] = t["final"].get<bool>();
+    if (ended[request]) {
+      EXPECT_EQ(t["finish_reason"], "stop") << e.data;
+    }
+  }
+  ASSERT_GE(texts.size(), static_cast<std::size_t>(kFrames));  // a line at least per frame
+  EXPECT_GT(number, 10 * texts.size());                         // words, not lines
+  for (const auto& [request, done] : ended) EXPECT_TRUE(done) << request;
+  for (const auto& [request, text] : texts) {
+    EXPECT_EQ(text.rfind("frame " + std::to_string(request / 16), 0), 0U) << text;
+    EXPECT_EQ(text.back(), '.') << text;
+  }
+  const Json figures = s.health();
+  EXPECT_EQ(figures["followed_tokens"].get<std::uint64_t>(), number);
+  EXPECT_EQ(figures["follow_lost"].get<std::uint64_t>(), 0U);
+  EXPECT_EQ(figures["followers"].get<std::uint64_t>(), 0U);
+
+  // A new follower starts with what comes from now on: here, the end.
+  auto live = s.client().Get("/v1/streams");
+  ASSERT_TRUE(live);
+  const std::vector<Sse> none = parse_sse(live->body);
+  ASSERT_EQ(none.size(), 1U) << live->body;
+  EXPECT_EQ(none[0].event, "end");
+  // A reconnecting client goes on after its Last-Event-ID.
+  auto resumed = s.client().Get("/v1/streams", {{"Last-Event-ID", std::to_string(number - 2)}});
+  ASSERT_TRUE(resumed);
+  const std::vector<Sse> two = parse_sse(resumed->body);
+  ASSERT_EQ(two.size(), 3U) << resumed->body;
+  EXPECT_EQ(two[0].id, std::to_string(number - 1));
+  EXPECT_EQ(two[1].id, std::to_string(number));
+  EXPECT_EQ(two[2].event, "end");
+
+  auto bad = s.client().Get("/v1/streams?from=x");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(Json::parse(bad->body)["error"]["param"], "from");
+  // It takes no requests.
+  auto request = s.client().Post("/v1/completions", R"({"prompt": "x"})", "application/json");
+  ASSERT_TRUE(request);
+  EXPECT_EQ(request->status, 404);
+  EXPECT_NE(request->body.find("/v1/streams"), std::string::npos) << request->body;
+
+  EXPECT_EQ(s.stop(), 0) << s.err();
+  const Json report = Json::parse(slurp(dir.file("report.json")), nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["ultrasound"]["frames"], kFrames);
+  // The lines are those lm.detokenize wrote to the file (closed once the server has stopped).
+  std::map<std::uint64_t, std::string> written;
+  std::ifstream in(dir.file("findings.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    written[j["payload"]["request_id"].get<std::uint64_t>()] = j["payload"]["text"].get<std::string>();
+  }
+  EXPECT_EQ(texts, written);
+
+}
+
+// A follower further behind than --follow-backlog is told what it lost,
+// and /health counts it.
+TEST(Serve, AFollowerBehindTheBacklogIsToldWhatItLost) {
+  TempDir dir;
+  const std::string file = ultrasound_file(dir, 4);
+  Server s(dir, {"--follow-backlog", "5"}, file);
+  ASSERT_TRUE(s.up()) << s.err();
+  const Json h = wait_health(s, [](const Json& j) { return j.value("running", true) == false; });
+  ASSERT_FALSE(h.value("running", true)) << h.dump();
+  const auto total = h["followed_tokens"].get<std::uint64_t>();
+  ASSERT_GT(total, 5U);
+  auto r = s.client().Get("/v1/streams?from=1");
+  ASSERT_TRUE(r);
+  const std::vector<Sse> events = parse_sse(r->body);
+  ASSERT_EQ(events.size(), 7U) << r->body;  // lost, the 5 kept, end
+  EXPECT_EQ(events[0].event, "lost");
+  EXPECT_EQ(Json::parse(events[0].data)["lost"].get<std::uint64_t>(), total - 5);
+  EXPECT_EQ(events[1].id, std::to_string(total - 4));
+  EXPECT_EQ(events[5].id, std::to_string(total));
+  EXPECT_EQ(events[6].event, "end");
+  EXPECT_EQ(s.health()["follow_lost"].get<std::uint64_t>(), total - 5);
+  EXPECT_EQ(s.stop(), 0) << s.err();
+}
+
 TEST(Serve, AFileWithoutItsEndsOrAnAddressInUseIsRefused) {
   TempDir dir;
   const std::string file = dir.write("no_ends.yaml",
@@ -309,7 +481,7 @@ TEST(Serve, AFileWithoutItsEndsOrAnAddressInUseIsRefused) {
                                      "  - {id: sink, type: sim.sink, inputs: {in: source/out}}\n");
   pid_t p = spawn_cli({"serve", file, "--http", "127.0.0.1:0"}, dir.file("a.out"), dir.file("a.err"));
   EXPECT_EQ(wait_exit_within(p, kPatience), 2);
-  EXPECT_NE(slurp(dir.file("a.err")).find("has no lm.prompts stage"), std::string::npos) << slurp(dir.file("a.err"));
+  EXPECT_NE(slurp(dir.file("a.err")).find("has no lm.detokenize stage"), std::string::npos) << slurp(dir.file("a.err"));
   // A port another program listens on.
   const int taken = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -330,6 +502,10 @@ TEST(Serve, AFileWithoutItsEndsOrAnAddressInUseIsRefused) {
   // SO_REUSEPORT, which would let the two share it), for --http and --metrics.
   Server s(dir, {});
   ASSERT_TRUE(s.up()) << s.err();
+  // A pipeline that answers requests is not followed: each client follows its own.
+  auto follow = s.client().Get("/v1/streams");
+  ASSERT_TRUE(follow);
+  EXPECT_EQ(follow->status, 404) << follow->body;
   const std::string held = "127.0.0.1:" + std::to_string(s.port());
   for (const auto& args : {std::vector<std::string>{"serve", kTokens, "--http", held},
                            std::vector<std::string>{"serve", kTokens, "--http", "127.0.0.1:0", "--metrics", held}}) {

@@ -543,7 +543,7 @@ TEST(WirePayload, ShortPayloadHasNoIdentifier) {
 }
 
 TEST(WirePayload, BuiltInTypesAreKnownAndTheHeaderIsNot) {
-  for (const char* id : {"SFBL", "SFFR", "SFTK", "SFVR", "SFCT", "SFUS"}) {
+  for (const char* id : {"SFBL", "SFFR", "SFTK", "SFVR", "SFCT", "SFBQ", "SFUS", "SFPR", "SFCO", "SFVD"}) {
     EXPECT_NE(PayloadTypes::find(id), nullptr) << id;
   }
   EXPECT_EQ(PayloadTypes::find("SFEH"), nullptr);

@@ -18,6 +18,7 @@
 
 #include "support/media_packs.hpp"
 #include "support/stage_runner.hpp"
+#include "ultrasound/ultrasound_report.hpp"
 #include "video/synthetic_ultrasound.hpp"
 
 namespace swarmflow {
@@ -90,7 +91,9 @@ TEST(UltrasoundStages, AProbeThroughEveryStageStreamsOneFindingPerLesion) {
   ASSERT_EQ(later_flow->vessels()->size(), 1U);
   EXPECT_GT(later_flow->vessels()->Get(0)->velocity_mm_s(), 5.0F);
 
-  // Findings: one token envelope per lesion per frame, final, words as pieces.
+  // Findings: one token stream per lesion per frame, one envelope per word,
+  // as lm.generate streams tokens: positions and seq 0, 1, 2, ..., the last
+  // final with finish_reason "stop"; the words put together give the line.
   const auto& findings = chain.report->output("findings");
   std::uint64_t truth_lesions = 0;
   const video::SyntheticUltrasound probe([] {
@@ -100,22 +103,39 @@ TEST(UltrasoundStages, AProbeThroughEveryStageStreamsOneFindingPerLesion) {
     return c;
   }());
   for (int i = 0; i < kFrames; ++i) truth_lesions += probe.truth(static_cast<std::uint64_t>(i)).lesions.size();
-  EXPECT_EQ(findings.size(), truth_lesions);
-  std::map<std::uint64_t, int> per_request;
+  std::map<std::uint64_t, std::string> lines;
+  std::map<std::uint64_t, std::uint64_t> next_position;
+  std::map<std::uint64_t, bool> ended;
   for (const Envelope& f : findings) {
     const auto* t = f.as<schema::Tokens>();
     ASSERT_NE(t, nullptr);
-    EXPECT_TRUE(t->final());
-    EXPECT_EQ(f.header().stream, t->request_id());
-    ASSERT_EQ(t->ids()->size(), t->pieces()->size());
-    ++per_request[t->request_id()];
+    const std::uint64_t request = t->request_id();
+    EXPECT_EQ(f.header().stream, request);
+    EXPECT_FALSE(ended[request]) << "a token after the final one of " << request;
+    ASSERT_EQ(t->ids()->size(), 1U);
+    ASSERT_EQ(t->pieces()->size(), 1U);
+    ASSERT_EQ(t->confidence()->size(), 1U);
+    EXPECT_EQ(t->position(), next_position[request]++);
+    EXPECT_EQ(f.header().seq, t->position());
+    const std::string piece = t->pieces()->Get(0)->str();
+    EXPECT_EQ(f.header().vote_key, ultrasound::piece_key(piece));
+    lines[request] += piece;
+    ended[request] = t->final();
+    if (t->final()) {
+      ASSERT_NE(t->finish_reason(), nullptr);
+      EXPECT_EQ(t->finish_reason()->str(), "stop");
+    }
   }
-  for (const auto& [request, n] : per_request) EXPECT_EQ(n, 1) << request;
-  std::string line;
-  for (const auto* piece : *findings.back().as<schema::Tokens>()->pieces()) line += piece->str();
+  EXPECT_EQ(lines.size(), truth_lesions);
+  EXPECT_GT(findings.size(), 10 * lines.size());  // words, not lines
+  for (const auto& [request, done] : ended) EXPECT_TRUE(done) << request;
+  const std::string& line = lines.rbegin()->second;
   EXPECT_EQ(line.rfind("frame 23 lesion ", 0), 0U) << line;
   EXPECT_NE(line.find(" mm, "), std::string::npos) << line;
   EXPECT_NE(line.find("mm/s"), std::string::npos) << line;
+  EXPECT_EQ(line.back(), '.') << line;
+  EXPECT_EQ(chain.report->counter_value("findings"), static_cast<std::int64_t>(lines.size()));
+  EXPECT_EQ(chain.report->counter_value("tokens"), static_cast<std::int64_t>(findings.size()));
 
   // Scores: every frame scored, facts right.
   EXPECT_EQ(chain.report->counter_value("scored_frames"), kFrames);
@@ -144,8 +164,8 @@ TEST(UltrasoundStages, AProbeThroughEveryStageStreamsOneFindingPerLesion) {
   EXPECT_FALSE(nlohmann::json::parse(RunReport{}.to_json()).contains("ultrasound"));
 }
 
-// lm.detokenize gathers a finding's token envelope into one completion,
-// as it gathers a generated answer.
+// lm.detokenize gathers a finding's token stream into one completion, as
+// it gathers a generated answer.
 TEST(UltrasoundStages, LmDetokenizeGathersAFindingIntoItsLine) {
   constexpr int kFrames = 3;
   Chain chain("synthetic://ultrasound?seed=8", kFrames);
@@ -156,16 +176,21 @@ TEST(UltrasoundStages, LmDetokenizeGathersAFindingIntoItsLine) {
   const auto& findings = chain.report->output("findings");
   ASSERT_FALSE(findings.empty());
   for (const Envelope& f : findings) ASSERT_TRUE(detokenize.feed("in", f).ok());
+  std::map<std::uint64_t, std::string> lines;
+  for (const Envelope& f : findings) {
+    const auto* t = f.as<schema::Tokens>();
+    lines[t->request_id()] += t->pieces()->Get(0)->str();
+  }
   const auto& completions = detokenize.output("out");
-  ASSERT_EQ(completions.size(), findings.size());
-  const auto* c = completions.back().as<schema::Completion>();
-  ASSERT_NE(c, nullptr);
-  const auto* last = findings.back().as<schema::Tokens>();
-  EXPECT_EQ(c->request_id(), last->request_id());
-  std::string line;
-  for (const auto* piece : *last->pieces()) line += piece->str();
-  EXPECT_EQ(c->text()->str(), line);
-  EXPECT_EQ(line.back(), '.');
+  ASSERT_EQ(completions.size(), lines.size());
+  for (const Envelope& e : completions) {
+    const auto* c = e.as<schema::Completion>();
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(lines.count(c->request_id()), 1U);
+    EXPECT_EQ(c->text()->str(), lines[c->request_id()]);
+    EXPECT_EQ(c->finish_reason()->str(), "stop");
+    EXPECT_EQ(c->text()->str().back(), '.');
+  }
 }
 
 // A failover restores the report's scores from its snapshot: half a run,
@@ -193,13 +218,13 @@ TEST(UltrasoundStages, ReportCarriesItsScoresAcrossASnapshot) {
   ASSERT_TRUE(second->stage().restore(state).ok());
   for (int i = kFrames / 2; i < kFrames; ++i) ASSERT_TRUE(feed(*second, i));
   second->stop();
-  for (const char* name : {"frames", "scored_frames", "lesions_truth", "dice_sum_ppm", "facts", "facts_right",
-                           "vessels_truth", "flow_error_sum_ppm"}) {
+  for (const char* name : {"frames", "findings", "tokens", "scored_frames", "lesions_truth", "dice_sum_ppm", "facts",
+                           "facts_right", "vessels_truth", "flow_error_sum_ppm"}) {
     EXPECT_EQ(second->counter_value(name), chain.report->counter_value(name)) << name;
   }
   EXPECT_EQ(first->output("findings").size() + second->output("findings").size(),
             chain.report->output("findings").size());
-  EXPECT_FALSE(fresh()->stage().restore("ultrasound.report 1\n3 x").ok());
+  EXPECT_FALSE(fresh()->stage().restore("ultrasound.report 2\n3 x").ok());
   EXPECT_FALSE(fresh()->stage().restore("something else").ok());
 }
 
