@@ -78,6 +78,10 @@ void InboundBatcher::add(transport::Inbound&& in) {
       send(batch_for(target, h.edge, h.from_replica));  // the mark follows the envelopes
       caf::anon_send(target, drain_atom::value, h.edge, h.from_replica);
       break;
+    case transport::FrameKind::owed:
+      send(batch_for(target, h.edge, h.from_replica));  // behind the envelopes
+      caf::anon_send(target, owed_atom::value, h.edge, h.from_replica);
+      break;
     case transport::FrameKind::drained:
       caf::anon_send(target, drained_atom::value, h.edge, h.from_replica);
       break;

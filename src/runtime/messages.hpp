@@ -33,6 +33,8 @@ using wake_atom = caf::atom_constant<caf::atom("wake")>;
 using placement_atom = caf::atom_constant<caf::atom("placement")>;
 /// (edge, producer replica): a producer sends this draining replica nothing more
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+/// (edge, producer replica): a producer that drains asks for what it is owed at once
+using owed_atom = caf::atom_constant<caf::atom("owed")>;
 /// (edge, consumer replica): a drained consumer replica owes this producer nothing more
 using drained_atom = caf::atom_constant<caf::atom("drained")>;
 /// (uint64 id): the replica's snapshot `id` is stored off the unit

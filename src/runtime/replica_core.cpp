@@ -516,7 +516,24 @@ void ReplicaCore::drain_mark(int edge, int from) {
     const int index = in_index_[static_cast<std::size_t>(edge)];
     if (index >= 0 && from >= 0 &&
         static_cast<std::size_t>(from) < in_[static_cast<std::size_t>(index)].upstream.size()) {
+      // It may come before this replica has taken up the placement that
+      // drains it (the producer took it up first): it counts then too.
       in_[static_cast<std::size_t>(index)].upstream[static_cast<std::size_t>(from)].marked = true;
+    }
+  }
+  end_event();
+}
+
+void ReplicaCore::owed_mark(int edge, int from) {
+  if (edge >= 0 && static_cast<std::size_t>(edge) < in_index_.size()) {
+    const int index = in_index_[static_cast<std::size_t>(edge)];
+    if (index >= 0 && from >= 0 &&
+        static_cast<std::size_t>(from) < in_[static_cast<std::size_t>(index)].upstream.size()) {
+      // The producer drains: it waits for what this replica owes it, so
+      // that goes back now and as soon as more is due.
+      InEdge& in = in_[static_cast<std::size_t>(index)];
+      in.upstream[static_cast<std::size_t>(from)].prompt = true;
+      flush_acks(in, true);
     }
   }
   end_event();
@@ -541,6 +558,16 @@ void ReplicaCore::check_drained() {
     }
   }
   if (!queue_.empty() || !joins_.empty() || wake_at_ > 0 || backoff_ || !snapshots_pending_.empty()) return;
+  if (!drain_marks_sent_) {
+    // Nothing more comes in, so nothing more goes out: the consumers hear
+    // it behind the last output, and return what they owe it at once.
+    drain_marks_sent_ = true;
+    for (const auto& out : out_) {
+      for (int c = 0; c < out.consumers; ++c) {
+        if (!out.eos_sent[static_cast<std::size_t>(c)]) effects_.owed_mark(out.to_node, c, out.edge);
+      }
+    }
+  }
   for (const auto& out : out_) {
     if (out.router.waiting() > 0 || out.router.retained() > 0) return;
     for (bool due : out.eos_due) {
@@ -641,8 +668,9 @@ void ReplicaCore::enqueue(int edge, int from, Envelope&& e, std::int64_t now) {
   auto& counter = e.payload() ? in_[static_cast<std::size_t>(in)].stats->delivered
                               : in_[static_cast<std::size_t>(in)].stats->refused;
   counter.fetch_add(1, std::memory_order_relaxed);
-  const std::uint32_t generation =
-      in_[static_cast<std::size_t>(in)].upstream[static_cast<std::size_t>(from)].generation;
+  Upstream& up = in_[static_cast<std::size_t>(in)].upstream[static_cast<std::size_t>(from)];
+  up.prompt = false;
+  const std::uint32_t generation = up.generation;
   queue_.push_back(Item{in, from, std::move(e).with_header(h), false, generation});
   ++data_queued_;
   if (data_queued_ > setup_.stats->queue_peak.load(std::memory_order_relaxed)) {
@@ -1080,7 +1108,9 @@ void ReplicaCore::flush_releases() {
   }
   for (auto& in : in_) {
     for (std::size_t f = 0; f < in.releasable.size(); ++f) {
-      if (in.releasable[f] >= in.threshold) send_ack(in, static_cast<int>(f));
+      if (in.releasable[f] >= in.threshold || (in.releasable[f] > 0 && in.upstream[f].prompt)) {
+        send_ack(in, static_cast<int>(f));
+      }
     }
   }
 }

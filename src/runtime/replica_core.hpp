@@ -57,6 +57,9 @@ class ReplicaEffects {
   /// Tells consumer replica `replica` of `node`, draining for a move, that
   /// this replica sends it nothing more on `edge` (after all it sent).
   virtual void drain_mark(int /*node*/, int /*replica*/, int /*edge*/) {}
+  /// Tells consumer replica `replica` of `node` that this replica drains and
+  /// sends it nothing more on `edge`: what it owes goes back at once.
+  virtual void owed_mark(int /*node*/, int /*replica*/, int /*edge*/) {}
   /// Tells producer replica `replica` of `node` that this replica, drained,
   /// has returned every credit and release it owed it on `edge`.
   virtual void drained_mark(int /*node*/, int /*replica*/, int /*edge*/) {}
@@ -169,6 +172,8 @@ class ReplicaCore final : public StageContext {
   void stop_source();
   /// Producer replica `from` on `edge` sends this (draining) replica nothing more.
   void drain_mark(int edge, int from);
+  /// Producer replica `from` on `edge` drains: what this replica owes it goes back at once.
+  void owed_mark(int edge, int from);
   /// Consumer replica `replica` on out-edge `edge`, drained, owes nothing more.
   void drained_mark(int edge, int replica);
   /// Snapshot `id` (and every one before it) is stored off the unit: the
@@ -245,6 +250,9 @@ class ReplicaCore final : public StageContext {
     std::uint32_t generation = 0;  ///< bumped each time the producer is placed anew
     bool ended = false;            ///< its end of stream has counted
     bool marked = false;           ///< draining: it sends this replica nothing more
+    /// It drains for a move: what this replica owes it goes back at once,
+    /// not in batches (until it sends again, as its successor).
+    bool prompt = false;
     std::unique_ptr<Dedup> dedup;  ///< while its new incarnation may send duplicates
   };
   struct InEdge {
@@ -449,6 +457,7 @@ class ReplicaCore final : public StageContext {
   // -- moves
   bool draining_ = false;
   bool drained_ = false;
+  bool drain_marks_sent_ = false;  ///< its consumers were told it sends nothing more
   bool can_snapshot_ = false;  ///< its stage's snapshot() returned true at start
   /// A keyed stage with replicas measures each key's time (KeyFigures).
   bool key_figures_ = false;

@@ -162,6 +162,11 @@ class StageHost final : public ReplicaEffects {
           core_.drain_mark(static_cast<int>(edge), static_cast<int>(from));
           flush_outbox();
         },
+        [this](owed_atom, std::uint32_t edge, std::uint32_t from) {
+          refresh();
+          core_.owed_mark(static_cast<int>(edge), static_cast<int>(from));
+          flush_outbox();
+        },
         [this](drained_atom, std::uint32_t edge, std::uint32_t replica) {
           refresh();
           core_.drained_mark(static_cast<int>(edge), static_cast<int>(replica));
@@ -222,6 +227,17 @@ class StageHost final : public ReplicaEffects {
       return;
     }
     post_remote(unit, transport::FrameKind::drain, node, replica, edge);
+  }
+
+  void owed_mark(int node, int replica, int edge) override {
+    const int unit = unit_of(node, replica);
+    if (unit == unit_) {
+      flush_outbox();  // behind the last outputs
+      self_->send(local_actor(node, replica), owed_atom::value, static_cast<std::uint32_t>(edge),
+                  static_cast<std::uint32_t>(replica_));
+      return;
+    }
+    post_remote(unit, transport::FrameKind::owed, node, replica, edge);
   }
 
   void drained_mark(int node, int replica, int edge) override {

@@ -46,7 +46,7 @@ std::uint32_t get_u32(const std::uint8_t* in) {
 bool is_kind(std::uint8_t k) {
   return k == static_cast<std::uint8_t>(FrameKind::deliver) || k == static_cast<std::uint8_t>(FrameKind::ack) ||
          k == static_cast<std::uint8_t>(FrameKind::eos) || k == static_cast<std::uint8_t>(FrameKind::drain) ||
-         k == static_cast<std::uint8_t>(FrameKind::drained);
+         k == static_cast<std::uint8_t>(FrameKind::drained) || k == static_cast<std::uint8_t>(FrameKind::owed);
 }
 
 // -- alignment -----------------------------------------------------------------

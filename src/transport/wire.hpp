@@ -28,8 +28,10 @@ namespace swarmflow::transport {
 
 /// drain: a producer sends a consumer replica draining for a move nothing
 /// more (after its envelopes); drained: that replica owes the producer
-/// nothing more (after its acks). Neither carries a payload.
-enum class FrameKind : std::uint8_t { deliver = 1, ack = 2, eos = 3, drain = 4, drained = 5 };
+/// nothing more (after its acks); owed: a producer that drains asks a
+/// consumer for what it owes it at once (after its last envelope). None
+/// carries a payload.
+enum class FrameKind : std::uint8_t { deliver = 1, ack = 2, eos = 3, drain = 4, drained = 5, owed = 6 };
 
 constexpr std::uint8_t kWireVersion = 1;
 constexpr std::size_t kDestinationSize = 16;

@@ -93,7 +93,7 @@ TEST(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
       EXPECT_NE(s.message().find("already"), std::string::npos) << s.message();
       continue;
     }
-    ASSERT_TRUE(await_moves(rt, before + 1)) << "move " << i << " did not complete";
+    ASSERT_TRUE(await_moves(rt, before + 1)) << "move " << i << " did not complete: " << rt.report().to_json();
   }
   rt.request_stop();
   std::atomic<bool> done{false};

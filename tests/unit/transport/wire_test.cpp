@@ -165,7 +165,7 @@ TEST(WireDestination, RejectsWrongSizeVersionKindAndReservedBytes) {
   EXPECT_FALSE(decode_destination(longer.data(), longer.size()).has_value());
   EXPECT_FALSE(decode_destination(nullptr, 0).has_value());
   for (std::size_t i : {0, 1, 2, 3}) {
-    for (std::uint8_t v : {6, 9, 255}) {
+    for (std::uint8_t v : {7, 9, 255}) {
       Bytes b = good;
       b[i] = v;
       EXPECT_FALSE(decode_destination(b.data(), b.size()).has_value()) << "byte " << i << " = " << int(v);
@@ -307,7 +307,7 @@ TEST(WireReject, BadKind) {
   Message m = blob_message();
   m.frames[0][1] = 0;
   EXPECT_EQ(m.rejection(), Rejection::destination);
-  m.frames[0][1] = 6;  // past drained (5)
+  m.frames[0][1] = 7;  // past owed (6)
   EXPECT_EQ(m.rejection(), Rejection::destination);
 }
 
