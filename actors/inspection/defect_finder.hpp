@@ -75,9 +75,13 @@ struct DefectFinderParams {
   double min_crack_sigmas = 4.5;      ///< a crack's mean contrast, noise sigmas
   double crack_coherence = 0.65;      ///< strokes whose gradients agree less than this (stretch by stretch) are cracks
   double crack_jaggedness = 1.2;      ///< strokes whose centre line strays more than this (px RMS) about its 2 mm mean are cracks
+  double min_zigzag_mm = 0.1;         ///< a crack's centre line strays at least this much (RMS) about its 2 mm mean,
+                                      ///< or it branches, or its gradients agree less than max_crack_coherence
+  double max_crack_coherence = 0.5;   ///< see min_zigzag_mm
   double coherence_mm = 2.5;          ///< stretch of a stroke over which gradient coherence is measured
   double min_branch_mm = 1.0;         ///< a stroke that runs as two strands for this long is branched (a crack)
   double pair_mm = 0.5;               ///< dark and bright strokes this close side by side are one two-toned mark
+  double crack_gap_mm = 1.0;          ///< dark strokes this close to a crack are pieces of it
   double noise_tile_mm = 8.0;         ///< tile of the local noise estimate
   double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
   double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide
