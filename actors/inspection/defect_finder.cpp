@@ -718,10 +718,37 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
         if (!round) saturated.setTo(0, sat_labels == c);
       }
     }
+    cv::Mat small_saturated;  // glint cores on the reduced copy
     if (cv::countNonZero(saturated) > 0) {
-      cv::Mat small_saturated;
       cv::resize(saturated, small_saturated, small_size, 0, 0, cv::INTER_AREA);
       small_saturated = small_saturated > 0;
+    } else {
+      small_saturated = cv::Mat::zeros(small_size, CV_8U);
+    }
+    {
+      // Hot spots that do not saturate: round patches of the reduced copy
+      // brighter by `min_hot_spot` percent or more than the metal around
+      // them, taken over three times the background's window (a glint's
+      // halo raises the background of its own window and would hide it).
+      // No mark is that bright over that much: a bright scratch, however
+      // strong, is thin, averages down at this scale, and is long, not round.
+      const int wide_window = (3 * window) | 1;
+      const cv::Mat wide = masked_mean(small_g, weight, wide_window, first);
+      cv::Mat lift;
+      cv::divide(small_g - wide, cv::max(wide, 1.0), lift, 100.0);
+      const cv::Mat hot = (lift > static_cast<float>(std::max(p.min_hot_spot, p.k_high * small_sigma))) & inside;
+      cv::Mat hot_labels, hot_stats, hot_centres;
+      const int spots = cv::connectedComponentsWithStats(hot, hot_labels, hot_stats, hot_centres, 8, CV_32S);
+      const double min_spot = std::max(2.0, p.min_hot_spot_mm * px_per_mm / kReduce);
+      for (int c = 1; c < spots; ++c) {
+        const int w = hot_stats.at<int>(c, cv::CC_STAT_WIDTH), h = hot_stats.at<int>(c, cv::CC_STAT_HEIGHT);
+        const int area = hot_stats.at<int>(c, cv::CC_STAT_AREA);
+        if (std::min(w, h) >= min_spot && std::max(w, h) <= 2 * std::min(w, h) && area >= 0.5 * w * h) {
+          small_saturated.setTo(255, hot_labels == c);
+        }
+      }
+    }
+    if (cv::countNonZero(small_saturated) > 0) {
       cv::Mat core_labels, core_stats, core_centres;
       const int cores =
           cv::connectedComponentsWithStats(small_saturated, core_labels, core_stats, core_centres, 8, CV_32S);

@@ -85,6 +85,8 @@ struct DefectFinderParams {
   double noise_tile_mm = 8.0;         ///< tile of the local noise estimate
   double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
   double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide
+  double min_hot_spot = 15.0;         ///< a hot spot that does not saturate is this much brighter (percent) than its background...
+  double min_hot_spot_mm = 1.0;       ///< ...over a round patch at least this wide; it is left out as a glint is
   double glint_margin_mm = 1.0;       ///< margin around a glint and its halo left out
   double min_light_evenness = 0.15;   ///< lighting over the plate, dimmest / brightest, below which: cannot inspect
   double max_glare_fraction = 0.15;   ///< more of the surface left out for glints than this: cannot inspect

@@ -59,6 +59,11 @@ const std::vector<Condition>& conditions() {
       {"branching_cracks", [](video::SyntheticPartsConfig& c) { c.branching = 1.0; }},
       {"irregular_pits", [](video::SyntheticPartsConfig& c) { c.irregular_pits = true; }},
       {"glints", [](video::SyntheticPartsConfig& c) { c.glints = 3; }},
+      {"hot_spots",
+       [](video::SyntheticPartsConfig& c) {
+         c.glints = 3;
+         c.soft_glints = 1.0;
+       }},
       {"side_light", [](video::SyntheticPartsConfig& c) { c.side_light = 0.6; }},
       {"vignetting", [](video::SyntheticPartsConfig& c) { c.vignette = 1.2; }},
       {"light_belt", [](video::SyntheticPartsConfig& c) { c.belt_level = 110; }},
@@ -325,6 +330,68 @@ TEST(OpticsOutsideTheRange, LightTooUnevenIsFlaggedNeverJudged) {
   EXPECT_GT(o.frames_not_inspected, o.frames / 2);
   for (const auto& [cls, t] : o.tallies) EXPECT_GE(t.precision(), 0.95) << cls;
   EXPECT_EQ(o.wrong_verdicts, 0);
+}
+
+// -- hot spots that do not saturate ------------------------------------------------
+// A glint whose core stays below clipping is found by its brightness and
+// shape alone, and left out with its halo as a saturating one is: every
+// glint of the truth is found, nothing else is taken for one, and the
+// surface left out stays small.
+TEST(OpticsHotSpots, AreFoundAsGlintsAndLeftOut) {
+  const Condition hot{"hot", [](video::SyntheticPartsConfig& c) {
+                        c.glints = 3;
+                        c.soft_glints = 1.0;
+                      }};
+  ::swarmflow::inspection::DefectFinderParams params;
+  params.mm_per_px = 0.1;
+  int truths = 0, found = 0, saturated = 0, frames = 0;
+  double glare = 0;
+  for (const std::uint64_t seed : {31, 32}) {
+    const video::SyntheticParts camera(camera_config(hot, seed, 0));
+    for (int i = 0; i < 6; ++i) {
+      cv::Mat bgr(1080, 1920, CV_8UC3), grey;
+      const video::PartTruth truth = camera.render(static_cast<std::uint64_t>(i), bgr.data, bgr.step);
+      cv::cvtColor(bgr, grey, cv::COLOR_BGR2GRAY);
+      saturated += cv::countNonZero(grey >= 250);
+      const auto finding = ::swarmflow::inspection::find_defects(grey, params);
+      EXPECT_TRUE(finding.cannot_inspect.empty()) << finding.cannot_inspect;
+      truths += static_cast<int>(truth.glints.size());
+      found += finding.glints;
+      glare = std::max(glare, finding.glare_fraction);
+      ++frames;
+    }
+  }
+  std::printf("[optics] hot spots below clipping: %d frames, %d in the truth, %d found as glints, %d saturated "
+              "pixels, at most %.1f %% of the surface left out\n",
+              frames, truths, found, saturated, 100 * glare);
+  EXPECT_EQ(saturated, 0) << "the hot spots must stay below clipping";
+  EXPECT_GE(truths, 12);
+  EXPECT_EQ(found, truths);
+  EXPECT_LT(glare, 0.15);
+}
+
+// With plain glints off, the plain camera's frames have no hot spot: none is
+// found where there is none.
+TEST(OpticsHotSpots, NoneFoundWithoutGlints) {
+  ::swarmflow::inspection::DefectFinderParams params;
+  params.mm_per_px = 0.1;
+  int found = 0;
+  for (const auto& condition : conditions()) {
+    if (std::string(condition.name) != "plain" && std::string(condition.name) != "combined" &&
+        std::string(condition.name) != "two_toned_scratches") {
+      continue;
+    }
+    video::SyntheticPartsConfig c = camera_config(condition, 31, 0);
+    c.glints = 0;
+    const video::SyntheticParts camera(c);
+    for (int i = 0; i < 6; ++i) {
+      cv::Mat bgr(1080, 1920, CV_8UC3), grey;
+      camera.render(static_cast<std::uint64_t>(i), bgr.data, bgr.step);
+      cv::cvtColor(bgr, grey, cv::COLOR_BGR2GRAY);
+      found += ::swarmflow::inspection::find_defects(grey, params).glints;
+    }
+  }
+  EXPECT_EQ(found, 0);
 }
 
 // -- lens distortion at 1080p -------------------------------------------------------
