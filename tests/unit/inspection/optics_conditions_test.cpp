@@ -370,6 +370,16 @@ TEST(OpticsHotSpots, AreFoundAsGlintsAndLeftOut) {
   EXPECT_LT(glare, 0.15);
 }
 
+TEST(OpticsHotSpots, SoftGlintsKeyIsReadAndChecked) {
+  video::SyntheticPartsConfig c;
+  std::string error;
+  ASSERT_TRUE(video::parse_synthetic_uri("synthetic://parts?glints=2&soft_glints=0.5", &c, &error)) << error;
+  EXPECT_EQ(c.glints, 2);
+  EXPECT_DOUBLE_EQ(c.soft_glints, 0.5);
+  EXPECT_FALSE(video::parse_synthetic_uri("synthetic://parts?soft_glints=2", &c, &error));
+  EXPECT_NE(error.find("soft_glints"), std::string::npos) << error;
+}
+
 // With plain glints off, the plain camera's frames have no hot spot: none is
 // found where there is none.
 TEST(OpticsHotSpots, NoneFoundWithoutGlints) {
