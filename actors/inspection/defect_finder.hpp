@@ -18,18 +18,23 @@
 ///     hysteresis masks: a piece grows where |residual| > k_low sigma and is
 ///     kept when it reaches k_high sigma somewhere;
 ///  5. kept pieces closer than `join_mm` form one region; strokes that
-///     continue one another in a straight line across a gap of up to
-///     `bridge_mm` are joined, including faint stroke-like pieces that never
-///     reached k_high (a faint scratch breaks up where the noise dips);
+///     continue one another across a gap of up to `bridge_mm` (judged on the
+///     directions of the two ends that face each other, so a curved stroke
+///     broken on its bend joins too) are joined, including faint stroke-like
+///     pieces that never reached k_high (a faint scratch breaks up where the
+///     noise dips); a dark and a bright stroke side by side are one
+///     two-toned mark;
 ///  6. each region is measured: length along its principal axis, mean
 ///     thickness, elongation, orientation coherence of its gradients (the
 ///     structure tensor's anisotropy), jaggedness of its centre line, peak
 ///     and mean contrast;
 ///  7. regions are classified: a dark region whose core (the part at least
 ///     half as dark as its darkest point) is small and compact -> pit; long,
-///     thin, coherent and straight -> scratch (either polarity); long, thin,
-///     dark and incoherent or jagged -> crack; anything else is texture or
-///     noise and is dropped;
+///     thin, coherent and smooth however it bends -> scratch (either
+///     polarity, or both); long, thin, dark and zig-zagging, branched or
+///     clearly incoherent -> crack, with the dark strokes within
+///     `crack_gap_mm` of it; anything else is texture or noise and is
+///     dropped;
 ///  8. missing holes: the plate's size identifies its drawing (part_drawings),
 ///     the drawing's holes are placed with the plate's pose, and a drawn hole
 ///     with no hole found near it, where the image shows metal, is a
@@ -37,6 +42,9 @@
 /// The score of a finding grows with its peak contrast above k_high (0.5 at
 /// the threshold, towards 0.99); a missing hole's score is the fraction of
 /// metal where the hole should be.
+///
+/// Specular glints, saturated or hot spots below clipping, are left out of
+/// the surface with their halos (step 3).
 ///
 /// Assumptions: a bright metal plate on a darker background, wholly in view;
 /// lighting may vary smoothly (by tens of percent over the plate) but not
