@@ -51,6 +51,7 @@
 #include "video/video.hpp"
 #include "video/synthetic_parts.hpp"
 #include "vision/camera_calibration.hpp"
+#include "vision/vision.hpp"
 #include "vision/vision_stages.hpp"
 
 #include "bench_args.hpp"
@@ -367,6 +368,7 @@ RunResult run_swarmflow(const Options& o, int threads) {
   RunResult r;
   swarmflow::register_video_stages(runtime.registry());
   swarmflow::register_inspection_stages(runtime.registry());
+  swarmflow::register_vision_stages(runtime.registry());  // vision.undistort with --undistort
   swarmflow::Status s = runtime.registry().add<ResultCounter>("bench.results", "counts results and their defects");
   std::vector<swarmflow::Diagnostic> diagnostics;
   if (s.ok()) s = runtime.load_string(pipeline_yaml(o), "bench_inspection.yaml", &diagnostics);

@@ -18,18 +18,23 @@
 ///     hysteresis masks: a piece grows where |residual| > k_low sigma and is
 ///     kept when it reaches k_high sigma somewhere;
 ///  5. kept pieces closer than `join_mm` form one region; strokes that
-///     continue one another in a straight line across a gap of up to
-///     `bridge_mm` are joined, including faint stroke-like pieces that never
-///     reached k_high (a faint scratch breaks up where the noise dips);
+///     continue one another across a gap of up to `bridge_mm` (judged on the
+///     directions of the two ends that face each other, so a curved stroke
+///     broken on its bend joins too) are joined, including faint stroke-like
+///     pieces that never reached k_high (a faint scratch breaks up where the
+///     noise dips); a dark and a bright stroke side by side are one
+///     two-toned mark;
 ///  6. each region is measured: length along its principal axis, mean
 ///     thickness, elongation, orientation coherence of its gradients (the
 ///     structure tensor's anisotropy), jaggedness of its centre line, peak
 ///     and mean contrast;
 ///  7. regions are classified: a dark region whose core (the part at least
 ///     half as dark as its darkest point) is small and compact -> pit; long,
-///     thin, coherent and straight -> scratch (either polarity); long, thin,
-///     dark and incoherent or jagged -> crack; anything else is texture or
-///     noise and is dropped;
+///     thin, coherent and smooth however it bends -> scratch (either
+///     polarity, or both); long, thin, dark and zig-zagging, branched or
+///     clearly incoherent -> crack, with the dark strokes within
+///     `crack_gap_mm` of it; anything else is texture or noise and is
+///     dropped;
 ///  8. missing holes: the plate's size identifies its drawing (part_drawings),
 ///     the drawing's holes are placed with the plate's pose, and a drawn hole
 ///     with no hole found near it, where the image shows metal, is a
@@ -37,6 +42,9 @@
 /// The score of a finding grows with its peak contrast above k_high (0.5 at
 /// the threshold, towards 0.99); a missing hole's score is the fraction of
 /// metal where the hole should be.
+///
+/// Specular glints, saturated or hot spots below clipping, are left out of
+/// the surface with their halos (step 3).
 ///
 /// Assumptions: a bright metal plate on a darker background, wholly in view;
 /// lighting may vary smoothly (by tens of percent over the plate) but not
@@ -75,12 +83,18 @@ struct DefectFinderParams {
   double min_crack_sigmas = 4.5;      ///< a crack's mean contrast, noise sigmas
   double crack_coherence = 0.65;      ///< strokes whose gradients agree less than this (stretch by stretch) are cracks
   double crack_jaggedness = 1.2;      ///< strokes whose centre line strays more than this (px RMS) about its 2 mm mean are cracks
+  double min_zigzag_mm = 0.1;         ///< a crack's centre line strays at least this much (RMS) about its 2 mm mean,
+                                      ///< or it branches, or its gradients agree less than max_crack_coherence
+  double max_crack_coherence = 0.5;   ///< see min_zigzag_mm
   double coherence_mm = 2.5;          ///< stretch of a stroke over which gradient coherence is measured
   double min_branch_mm = 1.0;         ///< a stroke that runs as two strands for this long is branched (a crack)
   double pair_mm = 0.5;               ///< dark and bright strokes this close side by side are one two-toned mark
+  double crack_gap_mm = 1.0;          ///< dark strokes this close to a crack are pieces of it
   double noise_tile_mm = 8.0;         ///< tile of the local noise estimate
   double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
   double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide
+  double min_hot_spot = 15.0;         ///< a hot spot that does not saturate is this much brighter (percent) than its background...
+  double min_hot_spot_mm = 1.0;       ///< ...over a round patch at least this wide; it is left out as a glint is
   double glint_margin_mm = 1.0;       ///< margin around a glint and its halo left out
   double min_light_evenness = 0.15;   ///< lighting over the plate, dimmest / brightest, below which: cannot inspect
   double max_glare_fraction = 0.15;   ///< more of the surface left out for glints than this: cannot inspect

@@ -419,6 +419,10 @@ PixelDefect to_pixels(std::size_t index, const Placement& pl, double rotation, c
 struct GlintSpot {
   cv::Point2d centre;
   double core_px = 0, halo_px = 0, peak = 0;
+  /// A hot spot that does not saturate: its core reaches `target` grey
+  /// levels (below clipping) whatever the light there, `peak` unused.
+  bool soft = false;
+  double target = 0;
 };
 
 struct FramePlan {
@@ -464,7 +468,12 @@ std::vector<GlintSpot> plan_glints(const SyntheticPartsConfig& cfg, std::uint64_
           std::any_of(taken.begin(), taken.end(), [&](const cv::Rect2d& t) { return (t & box).area() > 0; });
       if (near_hole || near_other) continue;
       taken.push_back(box);
-      out.push_back(GlintSpot{pl.px(c), core * pl.scale, halo * pl.scale, peak});
+      GlintSpot spot{pl.px(c), core * pl.scale, halo * pl.scale, peak};
+      if (cfg.soft_glints > 0) {  // drawn only then: without soft glints the frames stay as they were
+        spot.soft = rng.uniform(0.0, 1.0) < cfg.soft_glints;
+        spot.target = rng.uniform(200.0, 232.0);
+      }
+      out.push_back(spot);
       break;
     }
   }
@@ -1047,6 +1056,16 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
   if (!f.glints.empty()) {
     glare = cv::Mat::zeros(h, w, CV_8U);
     for (const auto& g : f.glints) {
+      double peak = g.peak;
+      if (g.soft) {
+        // Up to `target` over the level of the lit metal at its centre, so
+        // the core stays below clipping.
+        const int cx = std::clamp(static_cast<int>(std::lround(g.centre.x)), 0, w - 1);
+        const int cy = std::clamp(static_cast<int>(std::lround(g.centre.y)), 0, h - 1);
+        const double level = reflect.at<std::uint8_t>(cy, cx) * pre_->light.at<std::uint8_t>(cy, cx) *
+                             f.pose.gain * pre_->light_max / 255.0;
+        peak = std::max(0.0, g.target - level);
+      }
       const double reach = g.core_px + 3 * g.halo_px;
       const int x0 = std::max(0, static_cast<int>(g.centre.x - reach)), x1 = std::min(w - 1, static_cast<int>(g.centre.x + reach) + 1);
       const int y0 = std::max(0, static_cast<int>(g.centre.y - reach)), y1 = std::min(h - 1, static_cast<int>(g.centre.y + reach) + 1);
@@ -1055,7 +1074,7 @@ PartTruth SyntheticParts::render(std::uint64_t index, std::uint8_t* bgr, std::si
         for (int x = x0; x <= x1; ++x) {
           const double dist = std::hypot(x - g.centre.x, y - g.centre.y);
           const double t = dist <= g.core_px ? 1.0 : std::exp(-0.5 * std::pow((dist - g.core_px) / g.halo_px, 2));
-          r[x] = cv::saturate_cast<std::uint8_t>(r[x] + g.peak * t);
+          r[x] = cv::saturate_cast<std::uint8_t>(r[x] + peak * t);
         }
       }
     }
@@ -1228,6 +1247,8 @@ bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, s
         c.irregular_pits = as_int(0, 1) != 0;
       } else if (key == "glints") {
         c.glints = static_cast<int>(as_int(0, 8));
+      } else if (key == "soft_glints") {
+        c.soft_glints = as_double(0.0, 1.0);
       } else if (key == "side_light") {
         c.side_light = as_double(0.0, 1.5);
       } else if (key == "vignette") {
@@ -1238,7 +1259,7 @@ bool parse_synthetic_uri(const std::string& uri, SyntheticPartsConfig* config, s
         return fail("unknown key '" + key +
                     "' in " + prefix + " (known: seed, width, height, station, camera, mm_per_px, "
                     "defect_rate, noise_sigma, k1, board, square_mm, max_tilt_deg, curved, two_tone, "
-                    "branching, irregular_pits, glints, side_light, vignette, belt_level)");
+                    "branching, irregular_pits, glints, soft_glints, side_light, vignette, belt_level)");
       }
     } catch (const std::exception&) {
       return fail("bad value '" + value + "' for '" + key + "' in " + uri);

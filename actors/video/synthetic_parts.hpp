@@ -136,6 +136,10 @@ struct SyntheticPartsConfig {
   bool irregular_pits = false;
   /// Specular glints per part, 0-`glints` (a saturated core with a halo). [0, 8].
   int glints = 0;
+  /// Chance that a glint is a hot spot that does not saturate: its core
+  /// reaches 200-232 grey levels, below clipping, whatever the light there
+  /// (its halo as a saturating glint's). [0, 1].
+  double soft_glints = 0.0;
   /// Extra directional light: the lighting changes by a factor exp(side_light)
   /// from the image centre to the end of the half diagonal, along a random
   /// direction. [0, 1.5].
