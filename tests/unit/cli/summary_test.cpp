@@ -97,6 +97,34 @@ TEST(Summary, EachFailoverIsListedWithWhatMovedWhatWasLostAndTheReplays) {
       << swarmflow::cli::summary_table(r);
 }
 
+TEST(Summary, EachMoveIsListedWithItsDrainAndLatencyAndTheProgressLineCountsThem) {
+  swarmflow::RunReport r = run(2, 0);
+  EXPECT_EQ(swarmflow::cli::summary_table(r).find("moves:"), std::string::npos);
+  const swarmflow::RunReport before = r;
+  swarmflow::MoveReport m;
+  m.at_s = 2.5;
+  m.kind = "move";
+  m.stage = "work";
+  m.replica = 0;
+  m.from = "w0";
+  m.to = "w4";
+  m.why = "unit 'w0' busy 100% (over 85%)";
+  m.epoch = 7;
+  m.drain_ms = 38.25;
+  m.latency_p99_before_ms = 12.5;
+  r.moves.push_back(m);
+  const std::string text = swarmflow::cli::summary_table(r);
+  EXPECT_NE(text.find("moves: 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("2.50s  move  work/0"), std::string::npos) << text;
+  EXPECT_NE(text.find("w0 -> w4"), std::string::npos) << text;
+  EXPECT_NE(text.find("38.25"), std::string::npos) << text;
+  EXPECT_NE(text.find("12.50"), std::string::npos) << text;
+  EXPECT_NE(text.find("unit 'w0' busy 100% (over 85%)"), std::string::npos) << text;
+  const std::string line = swarmflow::cli::progress_line(r, before, 1.0);
+  EXPECT_NE(line.find("moves 1 (move work/0 w0->w4)"), std::string::npos) << line;
+  EXPECT_EQ(swarmflow::cli::progress_line(r, r, 1.0).find("(move"), std::string::npos) << "only when it happens";
+}
+
 TEST(SummaryTarget, QuietPrintsNoSummaryAndDataOnStdoutSendsItToStderr) {
   using swarmflow::cli::SummaryTarget, swarmflow::cli::summary_target;
   EXPECT_EQ(summary_target(false, false), SummaryTarget::standard_output);

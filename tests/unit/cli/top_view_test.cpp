@@ -57,6 +57,24 @@ TEST(Top, ShowsRatesQueuesDropsWithReasonsAndP99) {
   EXPECT_TRUE(failover);
 }
 
+TEST(Top, ShowsMovesNewestFirst) {
+  std::string s = state(4, 3000, 4000, 0, false);
+  s.insert(s.rfind('}'), R"(,"moves":[
+    {"at_s":0.75,"kind":"keys","stage":"work","replica":1,"from":"u1","to":"u1","why":"uneven","drain_ms":1.5},
+    {"at_s":2.5,"kind":"move","stage":"work","replica":0,"from":"u1","to":"u0","why":"hot","drain_ms":38.25}])");
+  const auto lines = top_lines(s, "", 1.0, "h:1", 120, 40);
+  int keys = -1;
+  int move = -1;
+  for (int i = 0; i < static_cast<int>(lines.size()); ++i) {
+    const std::string& l = lines[static_cast<std::size_t>(i)];
+    if (l.find("keys work/1 u1 -> u1, drained in 1.5 ms: uneven") != std::string::npos) keys = i;
+    if (l.find("move work/0 u1 -> u0, drained in 38.2 ms: hot") != std::string::npos) move = i;
+  }
+  ASSERT_GE(keys, 0);
+  ASSERT_GE(move, 0);
+  EXPECT_LT(move, keys) << "newest first";
+}
+
 TEST(Top, WithoutAPreviousStateShowsNoRates) {
   const auto lines = top_lines(state(4, 3000, 4000, 0, false), "", 1.0, "h:1", 120, 40);
   EXPECT_NE(find_line(lines, "work ").find("        0 "), std::string::npos) << find_line(lines, "work ");
