@@ -51,6 +51,48 @@ std::vector<std::pair<std::uint64_t, int>> assign_keys_by_load(std::vector<KeyLo
   return owner;
 }
 
+double fewest_moves(const std::vector<KeyLoad>& keys, const std::vector<double>& capacity, std::vector<double> load,
+                    std::vector<int>& owner) {
+  const std::size_t n = capacity.size();
+  auto busiest_of = [&](std::size_t skip_a, std::size_t skip_b) {
+    double b = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r != skip_a && r != skip_b) b = std::max(b, load[r] / std::max(capacity[r], 1e-9));
+    }
+    return b;
+  };
+  for (std::size_t step = 0; step < keys.size(); ++step) {
+    std::size_t h = 0;
+    for (std::size_t r = 1; r < n; ++r) {
+      if (load[r] / std::max(capacity[r], 1e-9) > load[h] / std::max(capacity[h], 1e-9)) h = r;
+    }
+    const double now = load[h] / std::max(capacity[h], 1e-9);
+    double best = now;
+    std::size_t best_key = keys.size();
+    std::size_t best_to = n;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (static_cast<std::size_t>(owner[i]) != h) continue;
+      for (std::size_t r = 0; r < n; ++r) {
+        if (r == h) continue;
+        const double m = std::max({(load[h] - keys[i].load) / std::max(capacity[h], 1e-9),
+                                   (load[r] + keys[i].load) / std::max(capacity[r], 1e-9), busiest_of(h, r)});
+        if (m < best - 1e-12) {
+          best = m;
+          best_key = i;
+          best_to = r;
+        }
+      }
+    }
+    if (best_key == keys.size()) break;
+    load[h] -= keys[best_key].load;
+    load[best_to] += keys[best_key].load;
+    owner[best_key] = static_cast<int>(best_to);
+  }
+  double busiest = 0;
+  for (std::size_t r = 0; r < n; ++r) busiest = std::max(busiest, load[r] / std::max(capacity[r], 1e-9));
+  return busiest;
+}
+
 Rebalancer::Rebalancer(const config::PipelineSpec& spec, PolicySettings settings)
     : spec_(spec),
       settings_(settings),
@@ -217,16 +259,26 @@ bool Rebalancer::key_move(const LoadView& view, std::int64_t now, Move* out) {
     const bool uneven = total > 0 && keys.size() > 1 && busiest > (1 + settings_.key_imbalance) * mean;
     std::vector<std::pair<std::uint64_t, int>> changed;
     if (uneven) {
+      // Largest first from scratch, and the fewest keys moved (each replica
+      // that gives keys away drains, so fewer is cheaper): the fewest unless
+      // it ends more than 5% busier.
       const auto assignment = assign_keys_by_load(keys, cap);
+      std::vector<int> lpt(keys.size());
       std::vector<double> after(n, 0.0);
       for (std::size_t i = 0; i < keys.size(); ++i) {
         const auto it = std::lower_bound(assignment.begin(), assignment.end(), std::make_pair(keys[i].key, -1));
-        const int to = it != assignment.end() && it->first == keys[i].key ? it->second : owner_of[i];
-        after[static_cast<std::size_t>(to)] += keys[i].load;
-        if (to != owner_of[i]) changed.emplace_back(keys[i].key, to);
+        lpt[i] = it != assignment.end() && it->first == keys[i].key ? it->second : owner_of[i];
+        after[static_cast<std::size_t>(lpt[i])] += keys[i].load;
       }
-      double busiest_after = 0;
-      for (std::size_t r = 0; r < n; ++r) busiest_after = std::max(busiest_after, after[r] / cap[r]);
+      double lpt_busiest = 0;
+      for (std::size_t r = 0; r < n; ++r) lpt_busiest = std::max(lpt_busiest, after[r] / cap[r]);
+      std::vector<int> few = owner_of;
+      const double few_busiest = fewest_moves(keys, cap, load, few);
+      const std::vector<int>& chosen = few_busiest <= lpt_busiest * 1.05 ? few : lpt;
+      const double busiest_after = few_busiest <= lpt_busiest * 1.05 ? few_busiest : lpt_busiest;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (chosen[i] != owner_of[i]) changed.emplace_back(keys[i].key, chosen[i]);
+      }
       if (busiest_after > busiest * (1 - settings_.hysteresis)) changed.clear();
     }
     // Only while a reassignment would help.

@@ -175,4 +175,11 @@ class Rebalancer {
 std::vector<std::pair<std::uint64_t, int>> assign_keys_by_load(std::vector<KeyLoad> keys,
                                                                 const std::vector<double>& capacity);
 
+/// Moves keys one at a time from the busiest replica (load over capacity) to
+/// where that lowers the busiest most, while it does: the fewest keys moved.
+/// `owner[i]` is key i's replica, updated; `load` each replica's now.
+/// Returns the busiest replica's load over its capacity after.
+double fewest_moves(const std::vector<KeyLoad>& keys, const std::vector<double>& capacity, std::vector<double> load,
+                    std::vector<int>& owner);
+
 }  // namespace swarmflow::placement

@@ -176,11 +176,15 @@ TEST(Rebalance, KeysHashedUnevenlyAreReassignedByTheirLoad) {
   // 8 keys over 4 replicas as 3/1/2/2: the replica with 3 paces all (1333/s).
   Model m(units({1, 1, 1, 1}), 4, 8, {0, 1, 2, 3});
   m.owner = {0, 0, 0, 1, 2, 2, 3, 3};
+  const std::vector<int> hashed = m.owner;
   Rebalancer policy(m.spec, PolicySettings{});
   m.step();
   EXPECT_NEAR(m.throughput, 2000.0 * 2 / 3, 1);
   m.run(policy, 0, 10'000 * kMs);
   EXPECT_NEAR(m.throughput, 2000, 1);
+  int changed = 0;
+  for (std::size_t k = 0; k < hashed.size(); ++k) changed += hashed[k] != m.owner[k] ? 1 : 0;
+  EXPECT_EQ(changed, 1) << "the fewest keys move: each replica that gives one away drains";
   std::map<int, int> per_replica;
   for (int o : m.owner) ++per_replica[o];
   for (const auto& [r, n] : per_replica) EXPECT_EQ(n, 2) << "replica " << r;
