@@ -157,10 +157,9 @@ bool Placer::request(placement::Move move, std::string* why) {
     if (why != nullptr) *why = refused;
     return false;
   }
-  auto steps = steps_of(move);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& s : steps) queued_.push_back(std::move(s));
+    queued_.push_back(std::move(move));
   }
   cv_.notify_all();
   return true;
@@ -175,10 +174,15 @@ std::string Placer::refusal(const placement::Move& move) const {
   if (in_cycles(g)[static_cast<std::size_t>(move.stage)] != 0) {
     return "stage '" + decl.id + "' is in a cycle: its drain would wait on itself";
   }
+  if (decl.join.enabled) return "stage '" + decl.id + "' joins its inputs: a drain would split its open sets";
   const auto table = run_->table();
   switch (move.kind) {
     case placement::MoveKind::move_replica: {
       if (move.replica < 0 || move.replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
+      if (run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(move.replica)]
+              ->finished.load()) {
+        return "replica " + std::to_string(move.replica) + " of stage '" + decl.id + "' has finished";
+      }
       if (move.to_unit < 0 || static_cast<std::size_t>(move.to_unit) >= run_->spec.units.size()) return "no such unit";
       if (!table->actor(move.stage, move.replica)) return "the replica does not run in this process";
       if (table->unit(move.stage, move.replica) == move.to_unit) return "the replica is on that unit already";
@@ -270,6 +274,18 @@ std::vector<std::vector<ReplicaSample>> Placer::sample() const {
   return out;
 }
 
+bool Placer::hosts_caught_up() const {
+  const auto table = run_->table();
+  for (std::size_t n = 0; n < table->actors.size(); ++n) {
+    for (std::size_t r = 0; r < table->actors[n].size(); ++r) {
+      if (table->actors[n][r] && run_->replica_stats[n][r]->epoch.load(std::memory_order_acquire) < table->epoch) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 metrics::LatencyHistogram Placer::sink_latency() const {
   metrics::LatencyHistogram all;
   for (const auto& node : run_->graph.nodes) {
@@ -293,9 +309,38 @@ void Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf:
   for (const auto& a : fresh) caf::anon_send(a, start_atom::value);
 }
 
-void Placer::begin(Step step, std::int64_t now) {
+void Placer::begin(placement::Move move, std::int64_t now) {
+  // Checked again, and split into steps, from the placement in force now:
+  // an earlier move may have changed where the replica or its keys are.
+  const std::string refused = refusal(move);
+  std::vector<Step> steps = refused.empty() ? steps_of(move) : std::vector<Step>{};
+  if (steps.empty()) {
+    if (!refused.empty()) {
+      swarmflow::log::info("placement: %s of stage '%s' not made: %s", placement::to_string(move.kind),
+                           run_->graph.nodes[static_cast<std::size_t>(move.stage)].decl->id.c_str(), refused.c_str());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++completed_;
+    return;
+  }
+  if (steps.size() > 1) {
+    // The other replicas that give keys away drain after this one, their
+    // keys worked out again then.
+    placement::Move rest = move;
+    rest.keys.clear();
+    for (std::size_t i = 1; i < steps.size(); ++i) {
+      rest.keys.insert(rest.keys.end(), steps[i].keys.begin(), steps[i].keys.end());
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued_.push_front(std::move(rest));
+  }
+  Step step = std::move(steps.front());
   const auto current = run_->table();
-  if (!current->actor(step.node, step.replica)) return;  // not here (any more)
+  if (!current->actor(step.node, step.replica)) {  // not here (any more)
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++completed_;
+    return;
+  }
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {step.node, step.replica};
@@ -329,6 +374,19 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     for (const auto& [key, replica] : step.keys) (*map)[key] = replica;
     table->keys.resize(run_->graph.nodes.size());
     table->keys[static_cast<std::size_t>(step.node)] = std::move(map);
+  }
+  if (handover && handover->finished) {
+    // It had finished before it drained: it stays where it is, and its
+    // producers take it up again there (nothing more goes to it).
+    table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = from;
+    table->keys = current->keys;
+    publish(std::move(table), {});
+    swarmflow::log::info("placement: %s/%d had finished: not moved",
+                         run_->graph.nodes[static_cast<std::size_t>(step.node)].decl->id.c_str(), step.replica);
+    pending_.reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++completed_;
+    return;
   }
   const caf::actor old = current->actor(step.node, step.replica);
   // The successor starts from the drained replica's state; a stage that
@@ -390,9 +448,15 @@ void Placer::loop() {
       next_ns = steady_now_ns() + interval;
       continue;
     }
+    if (!pending_ && !hosts_caught_up()) {
+      // A move begins once every host has taken up the placement before it.
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return stopping_; });
+      continue;
+    }
     if (!pending_) {
       lock.lock();
-      std::optional<Step> next;
+      std::optional<placement::Move> next;
       if (!queued_.empty()) {
         next = std::move(queued_.front());
         queued_.pop_front();
@@ -425,6 +489,9 @@ void Placer::loop() {
       view = load_view(last, current, now - last_ns, table->unit_of, speed, threads, queued, service);
       view.scaling = false;  // replicas are not added or removed while the run goes on (yet)
       view.immovable = cycles;
+      for (const auto& node : run_->graph.nodes) {
+        if (node.decl->join.enabled) view.immovable[static_cast<std::size_t>(node.index)] = 1;
+      }
       view.keys_fixed.assign(run_->graph.nodes.size(), 0);
       for (const auto& node : run_->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);

@@ -79,7 +79,8 @@ class Placer {
   /// Queues a move (move_replica or reassign_keys); refused (false, with
   /// the reason in `why`) when it cannot be made.
   bool request(placement::Move move, std::string* why);
-  /// Moves completed so far.
+  /// Moves done so far: made, or given up because their replica had
+  /// finished meanwhile.
   std::uint64_t completed() const;
 
  private:
@@ -105,9 +106,14 @@ class Placer {
   std::vector<Step> steps_of(const placement::Move& move) const;
   /// Why the runtime cannot make this move (empty: it can).
   std::string refusal(const placement::Move& move) const;
-  void begin(Step step, std::int64_t now);
+  /// Begins `move`'s first step (what remains of it goes back to the
+  /// front of the queue), or drops it with a log line when it cannot be
+  /// made any more.
+  void begin(placement::Move move, std::int64_t now);
   void complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int64_t now);
   void publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh);
+  /// Every host here has taken up the placement in force.
+  bool hosts_caught_up() const;
   /// The sinks' latency histogram, merged.
   metrics::LatencyHistogram sink_latency() const;
 
@@ -120,7 +126,9 @@ class Placer {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::deque<Step> queued_;
+  /// Moves asked for, in order; each is split into steps when it begins,
+  /// from the placement then in force.
+  std::deque<placement::Move> queued_;
   struct Drained {
     int node;
     int replica;

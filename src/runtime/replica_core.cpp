@@ -342,6 +342,7 @@ void ReplicaCore::maybe_finish() {
 /// die and what it had not released is replayed from here.
 void ReplicaCore::finish() {
   finished_ = true;
+  setup_.stats->finished.store(true, std::memory_order_relaxed);
   // The last state, before stop() (which may write files or print).
   if (stateful_ && snapshot_taken_ < next_ordinal_) take_snapshot();
   stop_stage();
@@ -399,6 +400,12 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
     OutEdge* out = out_edge(edge);
     if (out == nullptr || replica < 0 || replica >= out->consumers) continue;
     const auto r = static_cast<std::size_t>(replica);
+    if ((out->handover[r] & kPaused) != 0) {
+      // Its last hand-over is not done here yet (its drained mark is still
+      // on its way): it drains again right after, from its successor.
+      out->handover[r] |= kAgain;
+      continue;
+    }
     out->router.pause(replica);
     out->handover[r] = kPaused;
     // An end of stream sent already is its mark.
@@ -494,7 +501,9 @@ ReplicaCore::OutEdge* ReplicaCore::out_edge(int edge) {
 
 void ReplicaCore::maybe_resume_consumer(OutEdge& out, int replica) {
   const auto r = static_cast<std::size_t>(replica);
-  if (out.handover[r] != (kPaused | kMarkIn | kSwitched)) return;
+  const std::uint8_t all = kPaused | kMarkIn | kSwitched;
+  if ((out.handover[r] & all) != all) return;
+  const bool again = (out.handover[r] & kAgain) != 0;
   out.handover[r] = 0;
   dispatches_.clear();
   out.router.resume(replica, out.handover_remote[r], dispatches_);
@@ -503,6 +512,16 @@ void ReplicaCore::maybe_resume_consumer(OutEdge& out, int replica) {
   if (out.eos_sent[r]) {
     out.eos_sent[r] = false;
     out.eos_due[r] = true;
+  }
+  if (again) {
+    // The successor drains in its turn: what waited went to it first.
+    out.router.pause(replica);
+    out.handover[r] = kPaused;
+    if (out.eos_due[r] && out.router.waiting() == 0) {
+      send_due_marks();  // its end of stream is its mark
+    } else {
+      effects_.drain_mark(out.to_node, replica, out.edge);
+    }
   }
   if (finished_) {
     send_due_marks();
@@ -582,6 +601,7 @@ void ReplicaCore::check_drained() {
   drained_ = true;
   ReplicaSnapshot handover;
   handover.handover = true;
+  handover.finished = finished_;
   if (stage_ && can_snapshot_) {
     try {
       if (!stage_->snapshot(handover.state)) handover.state.clear();
@@ -596,11 +616,12 @@ void ReplicaCore::check_drained() {
   flush_key_figures();
   // Its successor runs the stage from here; this instance just goes.
   stage_.reset();
-  effects_.drained(std::move(handover));
+  // The marks go before the placer hears of it (it stops this host soon after).
   for (const auto& in : in_) {
     const int from_node = (*setup_.graph).edges[static_cast<std::size_t>(in.edge)].from_node;
     for (std::size_t f = 0; f < in.upstream.size(); ++f) effects_.drained_mark(from_node, static_cast<int>(f), in.edge);
   }
+  effects_.drained(std::move(handover));
 }
 
 void ReplicaCore::record_key(const EnvelopeHeader& h, std::int64_t ns, std::int64_t now) {

@@ -278,8 +278,9 @@ class ReplicaCore final : public StageContext {
     std::vector<std::uint8_t> handover;
     std::vector<bool> handover_remote;  ///< its new placement is on another unit
   };
-  /// OutEdge::handover bits: paused; its drained mark came; its new placement is known.
-  static constexpr std::uint8_t kPaused = 1, kMarkIn = 2, kSwitched = 4;
+  /// OutEdge::handover bits: paused; its drained mark came; its new placement
+  /// is known; it drains again once this hand-over is done.
+  static constexpr std::uint8_t kPaused = 1, kMarkIn = 2, kSwitched = 4, kAgain = 8;
   struct Item {
     int in;    ///< index into in_
     int from;  ///< upstream replica

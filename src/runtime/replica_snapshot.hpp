@@ -31,6 +31,8 @@ struct ReplicaSnapshot {
   /// Handed over by a drained replica to its successor (a move): nothing
   /// was lost, so nothing is replayed and no duplicate is expected.
   bool handover = false;
+  /// It had finished before it drained: no successor runs it again.
+  bool finished = false;
 
   std::size_t bytes() const {
     std::size_t n = state.size();

@@ -62,6 +62,16 @@ struct ReplicaStats {
   }
   /// Its stage keeps a state it can hand over (snapshot() returned true).
   std::atomic<bool> stateful{false};
+  /// Its inputs ended and its stage stopped: nothing left to move.
+  std::atomic<bool> finished{false};
+  /// The placement epoch its host has taken up (a move begins only once
+  /// every host has taken up the one before).
+  std::atomic<std::uint32_t> epoch{0};
+  void took_up(std::uint32_t e) {
+    std::uint32_t was = epoch.load(std::memory_order_relaxed);
+    while (was < e && !epoch.compare_exchange_weak(was, e, std::memory_order_release)) {
+    }
+  }
 
   std::atomic<std::int64_t>& counter(std::string_view name);
   std::map<std::string, std::int64_t> counters() const;

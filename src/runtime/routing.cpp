@@ -282,8 +282,11 @@ void EdgeRouter::offer_one(Envelope envelope, std::vector<Dispatch>& out, bool m
   if (!may_wait && overflow_ == config::Overflow::block) {
     // A live source's envelope for a replica that drains for a move waits
     // for its successor, within `capacity`; otherwise it cannot wait.
-    const bool for_paused = target >= 0 && paused_[static_cast<std::size_t>(target)] != 0 &&
-                            waiting_for_paused() < static_cast<std::size_t>(capacity_);
+    // (One that may go anywhere waits too while a replica drains: the
+    // drained one may have been the only one with room.)
+    const std::size_t held = waiting_for_paused() + static_cast<std::size_t>(unfixed_waiting_);
+    const bool for_paused = paused_count_ > 0 && held < static_cast<std::size_t>(capacity_) &&
+                            (target < 0 || paused_[static_cast<std::size_t>(target)] != 0);
     if (!for_paused) {
       ++dropped_;
       return;

@@ -141,7 +141,8 @@ class EdgeRouter {
   bool blocked() const {
     if (overflow_ != config::Overflow::block || waiting_.empty()) return false;
     if (paused_count_ == 0) return true;
-    const std::size_t held = waiting_for_paused();
+    // While a replica drains, envelopes that may go anywhere wait too.
+    const std::size_t held = waiting_for_paused() + static_cast<std::size_t>(unfixed_waiting_);
     return waiting_.size() > held || held >= static_cast<std::size_t>(capacity_);
   }
   std::size_t waiting() const { return waiting_.size(); }

@@ -72,8 +72,22 @@ struct RunState {
   std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }
   void publish(std::shared_ptr<const RoutingTable> table) {
     const std::uint32_t epoch = table->epoch;
+    {
+      std::lock_guard<std::mutex> lock(history_mutex_);
+      history_.push_back(table);
+      if (history_.size() > kHistory) history_.erase(history_.begin());
+    }
     std::atomic_store(&table_, std::move(table));
     epoch_.store(epoch, std::memory_order_release);
+  }
+  /// The published table of `epoch`, if it is among the last ones kept
+  /// (a host takes placements up one epoch at a time: a move spans two).
+  std::shared_ptr<const RoutingTable> table_at(std::uint32_t epoch) const {
+    std::lock_guard<std::mutex> lock(history_mutex_);
+    for (const auto& t : history_) {
+      if (t->epoch == epoch) return t;
+    }
+    return nullptr;
   }
   /// The epoch of the published table: a host checks it at every message,
   /// and takes a newer table up before anything else.
@@ -164,6 +178,9 @@ struct RunState {
   std::vector<FailoverTimes> failover_times_;  ///< parallel to failovers_
   std::shared_ptr<const RoutingTable> table_;
   std::atomic<std::uint32_t> epoch_{0};
+  static constexpr std::size_t kHistory = 64;
+  mutable std::mutex history_mutex_;
+  std::vector<std::shared_ptr<const RoutingTable>> history_;
 };
 
 /// Spawns the host actor of one replica in `system`. It waits for `send_start`.

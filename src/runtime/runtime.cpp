@@ -95,7 +95,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::shared_ptr<placement::CoordinatorFigures> coordinator_figures;
   std::shared_ptr<runtime::UnitSide> unit_side;
   /// Moves while the run goes on (every unit in this process).
-  std::unique_ptr<runtime::Placer> placer;
+  std::shared_ptr<runtime::Placer> placer;
 
   // -- the unit process's failure watch thread (start_failure_watch)
   std::thread watch;
@@ -780,12 +780,13 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       }
     };
     hooks.threads = [this](int unit) { return thread_count(static_cast<std::size_t>(unit)); };
-    placer = std::make_unique<runtime::Placer>(run, std::move(hooks),
+    placer = std::make_shared<runtime::Placer>(run, std::move(hooks),
                                                placement::PolicySettings::from(run->spec.placement),
                                                run->spec.placement.policy == "adaptive");
-    runtime::Placer* p = placer.get();
-    run->on_drained = [p](int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) {
-      p->drained(node, replica, std::move(handover));
+    // A host may drain while the runtime is torn down: the placer may be gone.
+    run->on_drained = [weak = std::weak_ptr<runtime::Placer>(placer)](
+                          int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) {
+      if (auto p = weak.lock()) p->drained(node, replica, std::move(handover));
     };
   }
 

@@ -93,6 +93,7 @@ class StageHost final : public ReplicaEffects {
           const bool newer = table->epoch > table_->epoch;
           if (newer) change = placement_change(*table_, *table);
           if (table->epoch >= table_->epoch) table_ = std::move(table);
+          stats().took_up(table_->epoch);
           core_.start();
           if (newer) core_.placement_changed(change);
           flush_outbox();
@@ -279,11 +280,28 @@ class StageHost final : public ReplicaEffects {
     take_up(run_->table());
   }
 
+  /// Takes placements up to `table` one epoch at a time where they are
+  /// kept (a move is a drain and then a hand-over: skipping one would miss
+  /// a mark), else at once.
   void take_up(std::shared_ptr<const RoutingTable> table) {
+    while (table_->epoch + 1 < table->epoch) {
+      auto next = run_->table_at(table_->epoch + 1);
+      if (!next) break;
+      step_to(std::move(next));
+    }
+    step_to(std::move(table));
+  }
+
+  void step_to(std::shared_ptr<const RoutingTable> table) {
     if (table->epoch <= table_->epoch) return;
     PlacementChange change = placement_change(*table_, *table);
     table_ = std::move(table);
     core_.placement_changed(change);
+    stats().took_up(table_->epoch);
+  }
+
+  ReplicaStats& stats() {
+    return *run_->replica_stats[static_cast<std::size_t>(node_)][static_cast<std::size_t>(replica_)];
   }
 
   /// What changed for this replica between two placements.
