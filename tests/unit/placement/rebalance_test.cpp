@@ -138,6 +138,27 @@ std::vector<config::UnitDecl> units(std::vector<double> speeds) {
   return v;
 }
 
+TEST(Rebalance, ThePipelineFilesSettingsAreThePolicys) {
+  config::PlacementDecl decl;
+  decl.rebalance_above = 0.7;
+  decl.hysteresis = 0.05;
+  decl.sustain_ms = 200;
+  decl.cooldown_ms = 3000;
+  const PolicySettings s = PolicySettings::from(decl);
+  EXPECT_DOUBLE_EQ(s.rebalance_above, 0.7);
+  EXPECT_DOUBLE_EQ(s.hysteresis, 0.05);
+  EXPECT_EQ(s.sustain_ns, 200 * kMs);
+  EXPECT_EQ(s.cooldown_ns, 3000 * kMs);
+  // A cooldown from the file holds: two conditions 1 s apart make one move.
+  Model m(units({1, 1, 1, 1, 1}), 4, 8, {1, 2, 3, 4});
+  m.owner = {0, 0, 0, 1, 2, 2, 3, 3};
+  Rebalancer policy(m.spec, s);
+  m.run(policy, 0, 1500 * kMs);
+  EXPECT_EQ(m.moves, 1);
+  m.run(policy, 1500 * kMs, 2500 * kMs, [&](std::int64_t) { m.spec.units[2].speed = 0.25; });
+  EXPECT_EQ(m.moves, 1) << "moved within the cooldown of 3 s";
+}
+
 TEST(Rebalance, AUnitSlowedMidRunIsRelievedAndThroughputComesBack) {
   // 4 replicas of a keyed 2 ms stage on u1..u4 of 5 one-thread units, 8
   // keys: 2000/s. u2 slows to 0.25 at 2 s.
