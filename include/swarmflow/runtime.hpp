@@ -111,7 +111,7 @@ class Runtime {
 
   // -- placement while the run goes on (docs/placement.md) ----------------
   /// Sets a unit's speed factor from now on (as `scenario:` does at given
-  /// times): `sim.*` stages there take 1/speed as long. A unit of this
+  /// times): every step there takes 1/speed as long (StageContext::speed()). A unit of this
   /// process; after start. Safe from any thread.
   Status set_unit_speed(const std::string& unit, double speed);
   /// Moves replica `replica` of `stage` to `unit`, without losing,

@@ -319,7 +319,11 @@ class StageContext {
   virtual int replica_count() const = 0;
   /// Steady-clock time in nanoseconds.
   virtual std::int64_t now_ns() const = 0;
-  /// The unit's speed factor (1 = nominal); `sim.*` stages scale their work by it.
+  /// The unit's speed factor (1 = nominal). Below 1 the runtime holds the
+  /// replica's thread after each step for as long again as 1/speed asks, so
+  /// every stage runs slower on a slowed unit; a stage that reads the speed
+  /// in a step applies it itself (`sim.*` stages scale their work by it,
+  /// faster too) and is not held.
   virtual double speed() const = 0;
   /// True once the run is stopping; a source should return end of stream.
   virtual bool stop_requested() const = 0;

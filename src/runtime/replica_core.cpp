@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 namespace swarmflow::runtime {
+
+void ReplicaEffects::hold(std::int64_t ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
 
 namespace {
 
@@ -989,12 +992,23 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
 Status ReplicaCore::call_process() {
   Status s;
   defer_called_ = false;
+  // A unit slower than nominal takes 1/speed as long over every step: what
+  // the stage took, then the rest held (docs/pipelines.md "scenario").
+  const double speed_now =
+      setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
+  const std::int64_t t0 = speed_now < 1.0 ? setup_.clock() : 0;
+  speed_asked_ = false;
   try {
     s = stage_->process(inputs_, outputs_, *this);
   } catch (const std::exception& ex) {
     s = Status::error(std::string("threw: ") + ex.what());
   } catch (...) {
     s = Status::error("threw an unknown exception");
+  }
+  if (speed_now < 1.0 && !speed_asked_) {
+    const double took = static_cast<double>(setup_.clock() - t0);
+    const auto rest = static_cast<std::int64_t>(took * (1.0 / std::max(speed_now, 1e-3) - 1.0));
+    if (rest > 0) effects_.hold(rest);
   }
   if (!source_) take_wake_request();
   return s;

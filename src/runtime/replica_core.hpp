@@ -68,6 +68,10 @@ class ReplicaEffects {
   /// (its stage's state, if it keeps one, and its counters) is what its
   /// successor starts from. Nothing happens in it after this.
   virtual void drained(ReplicaSnapshot&& /*handover*/) {}
+  /// Holds the replica's thread for `ns` more after a step, as a unit slowed
+  /// by `speed:` or `scenario:` would take that much longer over it (a stage
+  /// that reads StageContext::speed() applies the speed itself). Sleeps.
+  virtual void hold(std::int64_t ns);
 };
 
 /// What a replica needs to know of the run; all of it outlives the replica.
@@ -215,6 +219,7 @@ class ReplicaCore final : public StageContext {
   int replica_count() const override;
   std::int64_t now_ns() const override { return setup_.clock(); }
   double speed() const override {
+    speed_asked_ = true;
     return setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
   }
   bool stop_requested() const override;
@@ -435,6 +440,8 @@ class ReplicaCore final : public StageContext {
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  /// The stage read speed() in the step under way: it applies the speed itself.
+  mutable bool speed_asked_ = false;
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
   std::uint64_t steps_ = 0;
