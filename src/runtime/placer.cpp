@@ -90,6 +90,7 @@ placement::LoadView load_view(const std::vector<std::vector<ReplicaSample>>& bef
       rv.service_ns = n < service_ns.size() && r < service_ns[n].size() ? service_ns[n][r] : 0;
       const std::uint64_t arrivals = a.arrivals - std::min(a.arrivals, b != nullptr ? b->arrivals : 0);
       rv.arrival_hz = static_cast<double>(arrivals) * 1e9 / dt;
+      rv.busy = static_cast<double>(busy_delta) / dt;
       if (!a.key_overflow) {
         for (const auto& [key, ns] : a.key_busy_ns) {
           std::int64_t was = 0;
@@ -250,7 +251,7 @@ std::vector<Placer::Step> Placer::steps_of(const placement::Move& move) const {
   return steps;
 }
 
-std::vector<std::vector<ReplicaSample>> Placer::sample() const {
+std::vector<std::vector<ReplicaSample>> Placer::sample(std::int64_t now) const {
   const graph::Graph& g = run_->graph;
   std::vector<std::vector<ReplicaSample>> out(g.nodes.size());
   for (const auto& node : g.nodes) {
@@ -258,7 +259,7 @@ std::vector<std::vector<ReplicaSample>> Placer::sample() const {
     for (int r = 0; r < node.decl->replicas; ++r) {
       const ReplicaStats& s = *run_->replica_stats[n][static_cast<std::size_t>(r)];
       ReplicaSample x;
-      x.busy_ns = s.busy_ns.load(std::memory_order_relaxed);
+      x.busy_ns = s.busy_until(now);
       for (int e : node.in_edges) {
         x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
       }
@@ -426,7 +427,7 @@ void Placer::loop() {
   const std::vector<char> cycles = in_cycles(run_->graph);
   std::int64_t last_ns = steady_now_ns();
   std::int64_t next_ns = last_ns + interval;
-  auto last = sample();
+  auto last = sample(steady_now_ns());
   latency_before_.push_back(buckets_of(sink_latency()));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
@@ -467,7 +468,7 @@ void Placer::loop() {
     now = steady_now_ns();
     if (now >= next_ns) {
       next_ns = now + interval;
-      auto current = sample();
+      auto current = sample(now);
       const auto table = run_->table();
       const std::size_t units = run_->spec.units.size();
       std::vector<double> speed(units);

@@ -834,7 +834,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   inputs_.set_producer(&producer_ids_[static_cast<std::size_t>(item.in)], item.from);
   outputs_.reset(item.envelope.header());
   const std::int64_t t0 = t;
-  Status s = call_process();
+  Status s = call_process(t0);
   const std::int64_t t1 = setup_.clock();
   t = t1;
   if (s.is_error()) return on_failure(s);
@@ -958,7 +958,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     inputs_.reset_joined(&by_port, partial);
     outputs_.reset(first->header());
     const std::int64_t t0 = t;
-      Status s = call_process();
+    Status s = call_process(t0);
     t = setup_.clock();
     if (!s.is_error()) {
       dead_letter_streak_ = 0;
@@ -989,14 +989,17 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
   }
 }
 
-Status ReplicaCore::call_process() {
+Status ReplicaCore::call_process(std::int64_t t0) {
   Status s;
   defer_called_ = false;
   // A unit slower than nominal takes 1/speed as long over every step: what
   // the stage took, then the rest held (docs/pipelines.md "scenario").
   const double speed_now =
       setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
-  const std::int64_t t0 = speed_now < 1.0 ? setup_.clock() : 0;
+  if (t0 < 0 && speed_now < 1.0) t0 = setup_.clock();
+  // The step under way counts as busy while it lasts (a sample taken in
+  // the middle of a long step sees it), a source's pull as a whole.
+  if (!source_) setup_.stats->step_since_ns.store(t0, std::memory_order_relaxed);
   speed_asked_ = false;
   try {
     s = stage_->process(inputs_, outputs_, *this);
@@ -1010,6 +1013,7 @@ Status ReplicaCore::call_process() {
     const auto rest = static_cast<std::int64_t>(took * (1.0 / std::max(speed_now, 1e-3) - 1.0));
     if (rest > 0) effects_.hold(rest);
   }
+  if (!source_) setup_.stats->step_since_ns.store(0, std::memory_order_relaxed);
   if (!source_) take_wake_request();
   return s;
 }
@@ -1427,7 +1431,7 @@ void ReplicaCore::wake() {
   outputs_.reset(EnvelopeHeader{});
   origin_ = next_ordinal_;
   const std::int64_t t0 = t;
-  Status s = call_process();
+  Status s = call_process(t0);
   t = setup_.clock();
   if (s.is_error()) {
     setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
@@ -1459,7 +1463,11 @@ void ReplicaCore::pull() {
   struct BusyUntilReturn {
     const ReplicaSetup& setup;
     std::int64_t since = setup.clock();
-    ~BusyUntilReturn() { setup.stats->busy_ns.fetch_add(setup.clock() - since, std::memory_order_relaxed); }
+    explicit BusyUntilReturn(const ReplicaSetup& s) : setup(s) { setup.stats->step_since_ns.store(since, std::memory_order_relaxed); }
+    ~BusyUntilReturn() {
+      setup.stats->busy_ns.fetch_add(setup.clock() - since, std::memory_order_relaxed);
+      setup.stats->step_since_ns.store(0, std::memory_order_relaxed);
+    }
   } busy{setup_};
   for (int k = 0; k < kPullBatch; ++k) {
     if (stop_requested()) {

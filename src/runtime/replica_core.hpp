@@ -342,7 +342,8 @@ class ReplicaCore final : public StageContext {
   void expect_duplicates(Upstream& up, std::uint32_t epoch);
   /// Drops what this replica owes producer replica `from` of in-edge `in_index`.
   void forget_producer(int in_index, int from);
-  Status call_process();
+  /// Runs the stage's step that began at `t0` (-1: not read yet).
+  Status call_process(std::int64_t t0 = -1);
   bool on_failure(const Status& s);
   /// Counts a dead letter; a streak of them fails the stage for good.
   void give_up(const Status& last);

@@ -29,7 +29,14 @@ struct ReplicaStats {
   std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> queued{0};
   std::atomic<std::uint64_t> queue_peak{0};
-  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps
+  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps (counted as each ends)
+  std::atomic<std::int64_t> step_since_ns{0};  ///< start of the step under way, 0 between steps
+  /// Time spent in steps until `now_ns`, the step under way included, so
+  /// that samples taken more often than a long step ends see it as busy.
+  std::int64_t busy_until(std::int64_t now_ns) const {
+    const std::int64_t since = step_since_ns.load(std::memory_order_relaxed);
+    return busy_ns.load(std::memory_order_relaxed) + (since > 0 && now_ns > since ? now_ns - since : 0);
+  }
   std::atomic<std::int64_t> service_ns{0};  ///< smoothed time of one step
 
   /// Time per step, by bucket of kServiceBucketsS (+Inf last); one writer.

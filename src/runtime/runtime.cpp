@@ -71,7 +71,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   /// What the unit processes said of their figures (the coordinator actor's thread only).
   runtime::LiveFigures live_figures;
   int instance = 0;
-  bool started = false;
+  std::atomic<bool> started{false};  // read by other threads (the web API)
   bool waited = false;
   Status result;
   RunReport final_report;
@@ -1007,7 +1007,7 @@ Status Runtime::set_unit_speed(const std::string& unit, double speed) {
   if (!(speed > 0) || speed > 1000) return Status::error("a unit's speed must be in (0, 1000]", StatusCode::invalid_argument);
   const int u = runtime::unit_index(m.run->spec, unit);
   if (u < 0) return Status::error("no unit '" + unit + "' in this pipeline", StatusCode::not_found);
-  if (!m.started || !m.local[static_cast<std::size_t>(u)]) {
+  if (!m.local[static_cast<std::size_t>(u)]) {  // before start too: it applies from the start
     return Status::error("unit '" + unit + "' does not run in this process", StatusCode::failed_precondition);
   }
   m.run->unit_speed[static_cast<std::size_t>(u)]->store(speed, std::memory_order_relaxed);
