@@ -201,7 +201,9 @@ std::string Placer::refusal(const placement::Move& move) const {
     case placement::MoveKind::reassign_keys: {
       if (!decl.keyed || decl.fanout_all) return "stage '" + decl.id + "' is not keyed";
       for (const auto& stats : run_->replica_stats[static_cast<std::size_t>(move.stage)]) {
-        if (stats->stateful.load()) return "stage '" + decl.id + "' keeps state per replica: its keys stay";
+        if (stats->stateful.load() && !stats->state_per_key.load()) {
+          return "stage '" + decl.id + "' keeps state per replica, not per key: its keys stay";
+        }
       }
       for (const auto& [key, replica] : move.keys) {
         if (replica < 0 || replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
@@ -345,6 +347,8 @@ void Placer::begin(placement::Move move, std::int64_t now) {
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {step.node, step.replica};
+  table->draining_keys.clear();
+  for (const auto& [key, to] : step.keys) table->draining_keys.push_back(key);
   pending_ = std::make_unique<Pending>();
   pending_->from_unit = current->unit(step.node, step.replica);
   pending_->started_ns = now;
@@ -359,6 +363,7 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {-1, -1};
+  table->draining_keys.clear();
   const int from = pending_->from_unit;
   const int to = step.to_unit >= 0 ? step.to_unit : from;
   table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = to;
@@ -388,6 +393,21 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     std::lock_guard<std::mutex> lock(mutex_);
     ++completed_;
     return;
+  }
+  if (handover && !handover->keys.empty()) {
+    // Keys with their state go to the replicas that take them before the
+    // placement that routes their envelopes there is published: each one's
+    // state is in its mailbox ahead of the key's next envelope.
+    std::map<int, KeyStates> by_replica;
+    for (const auto& [key, state] : handover->keys) {
+      const auto it = std::find_if(step.keys.begin(), step.keys.end(), [&](const auto& k) { return k.first == key; });
+      if (it != step.keys.end()) by_replica[it->second].emplace_back(key, state);
+    }
+    for (auto& [replica, keys] : by_replica) {
+      if (const caf::actor to_actor = current->actor(step.node, replica)) {
+        caf::anon_send(to_actor, keys_atom::value, std::make_shared<const KeyStates>(std::move(keys)));
+      }
+    }
   }
   const caf::actor old = current->actor(step.node, step.replica);
   // The successor starts from the drained replica's state; a stage that
@@ -497,12 +517,15 @@ void Placer::loop() {
       for (const auto& node : run_->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);
         bool stateful = false;
+        bool per_replica = false;  // state that is not kept per key
         bool overflow = false;
         for (std::size_t r = 0; r < run_->replica_stats[n].size(); ++r) {
-          stateful = stateful || run_->replica_stats[n][r]->stateful.load();
+          const ReplicaStats& s = *run_->replica_stats[n][r];
+          stateful = stateful || s.stateful.load();
+          per_replica = per_replica || (s.stateful.load() && !s.state_per_key.load());
           overflow = overflow || current[n][r].key_overflow;
         }
-        view.keys_fixed[n] = stateful || overflow ? 1 : 0;
+        view.keys_fixed[n] = per_replica || overflow ? 1 : 0;
         if (node.out_edges.empty() && !stateful) view.immovable[n] = 1;
       }
       last = std::move(current);

@@ -259,6 +259,10 @@ void ReplicaCore::start() {
       can_snapshot_ = false;
     }
     setup_.stats->stateful.store(can_snapshot_, std::memory_order_relaxed);
+    const char* by = stage_->state_key();
+    setup_.stats->state_per_key.store(can_snapshot_ && by != nullptr && decl().keyed && !decl().fanout_all &&
+                                          std::string(by) == config::to_string(decl().key),
+                                      std::memory_order_relaxed);
     stateful_ = can_snapshot_ && setup_.snapshot_every > 0;
     snapshot_ns_ = setup_.clock();
   } else if (setup_.snapshot_every > 0) {
@@ -388,6 +392,24 @@ void ReplicaCore::send_due_marks() {
 
 // -- placement changes --------------------------------------------------
 
+void ReplicaCore::give_keys(const KeyStates& keys) {
+  if (!stage_ || failed_) return;
+  for (const auto& [key, state] : keys) {
+    Status s;
+    try {
+      s = stage_->give_key(key, state);
+    } catch (const std::exception& ex) {
+      s = Status::error(std::string("threw: ") + ex.what());
+    } catch (...) {
+      s = Status::error("threw an unknown exception");
+    }
+    if (!s.ok()) {
+      fail_permanently("stage '" + decl().id + "' could not take over key " + std::to_string(key) + ": " + s.message());
+      return;
+    }
+  }
+}
+
 void ReplicaCore::placement_changed(const PlacementChange& change) {
   if (drained_) return;  // its successor runs the stage now
   for (auto& out : out_) {
@@ -425,7 +447,10 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
         e < change.remote_consumers.size() && r < change.remote_consumers[e].size() && change.remote_consumers[e][r];
     maybe_resume_consumer(*out, replica);
   }
-  if (change.drain) draining_ = true;
+  if (change.drain) {
+    draining_ = true;
+    leaving_keys_ = change.leaving_keys;
+  }
   for (const auto& [edge, replica] : change.moved_consumers) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) continue;
     const int index = out_index_[static_cast<std::size_t>(edge)];
@@ -605,6 +630,19 @@ void ReplicaCore::check_drained() {
   ReplicaSnapshot handover;
   handover.handover = true;
   handover.finished = finished_;
+  if (stage_ && can_snapshot_ && setup_.stats->state_per_key.load(std::memory_order_relaxed)) {
+    // Keys given away take their state along; what stays is snapshotted.
+    for (std::uint64_t key : leaving_keys_) {
+      std::string state;
+      try {
+        if (stage_->take_key(key, state)) handover.keys.emplace_back(key, std::move(state));
+      } catch (const std::exception& ex) {
+        log(std::string("take_key() threw while handing over: ") + ex.what());
+      } catch (...) {
+        log("take_key() threw while handing over");
+      }
+    }
+  }
   if (stage_ && can_snapshot_) {
     try {
       if (!stage_->snapshot(handover.state)) handover.state.clear();

@@ -140,6 +140,9 @@ struct PlacementChange {
   std::vector<std::pair<int, std::shared_ptr<const KeyMap>>> key_maps;
   /// This replica drains for a move.
   bool drain = false;
+  /// ... and gives these keys to other replicas: their state goes with them
+  /// (ReplicaSnapshot::keys), where its stage keeps state per key.
+  std::vector<std::uint64_t> leaving_keys;
   /// The placement epoch it starts (its failover): what it replays and the
   /// duplicates it leads to are counted as `failover.<epoch>.replayed` and
   /// `failover.<epoch>.duplicates` in the replica's counters.
@@ -187,6 +190,9 @@ class ReplicaCore final : public StageContext {
   /// died): replays to moved consumers, forgets what it owed moved or lost
   /// producers, and drops what a moved producer sends again as duplicates.
   void placement_changed(const PlacementChange& change);
+  /// Takes over keys handed on by another replica, with their state
+  /// (Stage::give_key), before their next envelopes.
+  void give_keys(const KeyStates& keys);
 
   /// The stage is done: its inputs ended, it is stopped, its marks are sent.
   bool has_finished() const { return finished_; }
@@ -441,6 +447,8 @@ class ReplicaCore final : public StageContext {
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  /// Keys this replica gives away as it drains.
+  std::vector<std::uint64_t> leaving_keys_;
   /// The stage read speed() in the step under way: it applies the speed itself.
   mutable bool speed_asked_ = false;
   bool left_ = false;

@@ -69,6 +69,9 @@ struct ReplicaStats {
   }
   /// Its stage keeps a state it can hand over (snapshot() returned true).
   std::atomic<bool> stateful{false};
+  /// Its stage keeps its state per key of its `key:` field (Stage::state_key):
+  /// its keys can go to other replicas with their state.
+  std::atomic<bool> state_per_key{false};
   /// Its inputs ended and its stage stopped: nothing left to move.
   std::atomic<bool> finished{false};
   /// The placement epoch its host has taken up (a move begins only once

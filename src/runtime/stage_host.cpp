@@ -168,6 +168,11 @@ class StageHost final : public ReplicaEffects {
           core_.owed_mark(static_cast<int>(edge), static_cast<int>(from));
           flush_outbox();
         },
+        [this](keys_atom, std::shared_ptr<const KeyStates>& keys) {
+          refresh();
+          core_.give_keys(*keys);
+          flush_outbox();
+        },
         [this](drained_atom, std::uint32_t edge, std::uint32_t replica) {
           refresh();
           core_.drained_mark(static_cast<int>(edge), static_cast<int>(replica));
@@ -327,6 +332,7 @@ class StageHost final : public ReplicaEffects {
       if (after.key_map(to) != before.key_map(to)) change.key_maps.emplace_back(e, after.key_map(to));
     }
     change.drain = after.is_draining(node_, replica_) && !before.is_draining(node_, replica_);
+    if (change.drain) change.leaving_keys = after.draining_keys;
     for (int e : n.in_edges) {
       const int from = g.edges[static_cast<std::size_t>(e)].from_node;
       const int producers = static_cast<int>(after.unit_of[static_cast<std::size_t>(from)].size());

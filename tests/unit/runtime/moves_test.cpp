@@ -201,6 +201,79 @@ TEST(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   EXPECT_GT(zero_end, zero_middle);
 }
 
+TEST(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
+  // sim.sink keeps each stream's next sequence number, per stream: keyed by
+  // stream, its streams can go to the other replica, each with its state. A
+  // replica given a stream without it would count the stream's envelopes
+  // before the hand-over as lost.
+  Runtime rt;
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+                                 "stages:\n"
+                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                 " placement: {units: [u0]}}\n"
+                                 "  - {id: sink, type: sim.sink, replicas: 2, key: stream, inputs: {in: src/out},"
+                                 " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n",
+                             "moves.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
+  ASSERT_TRUE(rt.start().ok());
+  await_received(rt, 300);
+  std::vector<std::pair<std::uint64_t, int>> to_one;
+  std::vector<std::pair<std::uint64_t, int>> to_zero;
+  for (std::uint64_t s = 0; s < 6; ++s) {
+    to_one.emplace_back(s, 1);
+    to_zero.emplace_back(s, s % 2 == 0 ? 0 : 1);
+  }
+  ASSERT_TRUE(rt.reassign_keys("sink", to_one).ok());
+  ASSERT_TRUE(await_moves(rt, 1));
+  const std::uint64_t one_done = rt.moves_completed();
+  await_received(rt, 900);
+  ASSERT_TRUE(rt.reassign_keys("sink", to_zero).ok());
+  ASSERT_TRUE(await_moves(rt, one_done + 1));
+  await_received(rt, 1500);
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+  const RunReport r = rt.report();
+  expect_everything_once_in_order(r);
+  ASSERT_GE(r.moves.size(), 2U);
+  std::uint64_t keys = 0;
+  for (const auto& m : r.moves) {
+    EXPECT_EQ(m.kind, "keys");
+    keys += m.keys;
+  }
+  EXPECT_GE(keys, 6U);  // every stream went at least once
+  for (const auto& rep : r.replicas) {
+    if (rep.stage == "sink") {
+      EXPECT_GT(rep.processed, 0U) << rep.replica;
+    }
+  }
+}
+
+TEST(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
+  // sim.sink keeps its state per stream; keyed by part_id, a key is not a
+  // stream, so its keys cannot take their state along: reassigning them is
+  // refused.
+  Runtime rt;
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+                                 "stages:\n"
+                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
+                                 " placement: {units: [u0]}}\n"
+                                 "  - {id: sink, type: sim.sink, replicas: 2, key: part_id, inputs: {in: src/out},"
+                                 " placement: {units: [u1, u2], spread: true}}\n",
+                             "moves.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
+  ASSERT_TRUE(rt.start().ok());
+  await_received(rt, 100);
+  const Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not per key"), std::string::npos) << s.message();
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+}
+
 TEST(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
   // Asked for at once: the same replica twice, keys given away twice. Hosts
   // take the placements up one epoch at a time, so none misses a drain.
