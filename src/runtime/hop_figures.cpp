@@ -42,18 +42,16 @@ std::uint64_t TraceBuffer::dropped() const {
   return dropped_;
 }
 
-void record_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
-                 const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
-  // A full trace keeps its oldest hops: the last is not this arrival then.
-  if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
+void record_sampled_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                         const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
   const std::int64_t arrived = h.hop_ns[h.hop_count - 1];
   const std::int64_t from = h.hop_count >= 2 ? h.hop_ns[h.hop_count - 2] : h.capture_ns;
-  if (residence != nullptr && residence->due()) residence->record(end_ns - arrived, end_ns);
+  if (residence != nullptr) residence->record(end_ns - arrived, end_ns);
   if (h.sent_ns != 0) {
     if (edge != nullptr) edge->record(arrived - h.sent_ns, end_ns);
     if (held != nullptr && from != 0) held->record(h.sent_ns - from, end_ns);
   }
-  if (trace != nullptr && trace->sampled(h.seq)) {
+  if (trace != nullptr) {
     TraceStep step = who;
     step.stream = h.stream;
     step.seq = h.seq;

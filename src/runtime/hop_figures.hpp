@@ -95,15 +95,30 @@ class TraceBuffer {
   std::uint64_t dropped_ = 0;
 };
 
+/// record_hops for a step that has something to record: the non-null ones.
+void record_sampled_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                         const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns);
+
 /// Records a finished step on envelope `h` at `end_ns` into the residence of
 /// the replica (one step in kHopSampleEvery, counted by `residence`), and,
 /// when `h` carries a send time (its producer stamps one envelope in
 /// kHopSampleEvery), into the latency of the edge it came on (`edge`: sent ->
 /// arrival here) and its producer's hold on it (`held`: arrival at the
 /// producer, or capture, -> sent); into `trace` when it samples it. Any of
-/// them may be null.
-void record_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
-                 const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns);
+/// them may be null. Inline, as every step of a replica calls it and most
+/// record nothing: those cost a count and two tests.
+inline void record_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                        const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
+  // A full trace keeps its oldest hops: the last is not this arrival then.
+  if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
+  const bool due = residence != nullptr && residence->due();
+  const bool timed = h.sent_ns != 0 && (edge != nullptr || held != nullptr);
+  const bool traced = trace != nullptr && trace->sampled(h.seq);
+  if (due || timed || traced) {
+    record_sampled_hops(due ? residence : nullptr, timed ? edge : nullptr, timed ? held : nullptr,
+                        traced ? trace : nullptr, who, h, end_ns);
+  }
+}
 
 /// Moves the times of `h` from another process's clock onto this one's:
 /// adds `shift_ns` (this clock minus that one) to its capture, hop and send
