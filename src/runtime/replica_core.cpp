@@ -891,9 +891,10 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   if (setup_.hop_figures || setup_.trace != nullptr) {
     EdgeSideStats* in_stats = setup_.hop_figures ? in_[static_cast<std::size_t>(item.in)].stats : nullptr;
     record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, in_stats != nullptr ? &in_stats->hops : nullptr,
-                setup_.trace, TraceStep{setup_.node, setup_.replica, setup_.unit}, item.envelope.header(), t1);
+                in_stats != nullptr ? &in_stats->held : nullptr, setup_.trace,
+                TraceStep{setup_.node, setup_.replica, setup_.unit}, item.envelope.header(), t1);
   }
-  emit_outputs();
+  emit_outputs(t1);
   return true;
 }
 
@@ -1006,10 +1007,10 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       setup_.stats->record_service(t - t0);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
       if (setup_.hop_figures || setup_.trace != nullptr) {
-        record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, nullptr, setup_.trace,
+        record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, nullptr, nullptr, setup_.trace,
                     TraceStep{setup_.node, setup_.replica, setup_.unit}, first->header(), t);
       }
-      emit_outputs();
+      emit_outputs(t);
       return;
     }
     setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
@@ -1223,7 +1224,7 @@ bool ReplicaCore::any_waiting() const {
   return false;
 }
 
-void ReplicaCore::emit_outputs() {
+void ReplicaCore::emit_outputs(std::int64_t now) {
   auto& items = outputs_.items();
   for (auto& item : items) {
     if (!item.envelope.payload()) {
@@ -1238,14 +1239,27 @@ void ReplicaCore::emit_outputs() {
       if (out.port != item.port) continue;
       dispatches_.clear();
       out.router.offer(item.envelope, dispatches_, !live_, origin_);
-      send_dispatches(out);
+      send_dispatches(out, now);
     }
   }
   items.clear();
 }
 
-void ReplicaCore::send_dispatches(OutEdge& out) {
-  for (auto& d : dispatches_) effects_.deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
+void ReplicaCore::send_dispatches(OutEdge& out, std::int64_t now) {
+  for (auto& d : dispatches_) {
+    // The send time of one envelope in kHopSampleEvery, taken as it leaves
+    // (after any wait for credit): its consumer measures the edge's latency
+    // and this replica's hold on it from it (hop_figures.hpp). The others
+    // carry none, not even one inherited from an input.
+    const bool stamp = setup_.hop_figures && (dispatched_++ % kHopSampleEvery) == 0;
+    if (stamp || d.envelope.header().sent_ns != 0) {
+      if (stamp && now == 0) now = setup_.clock();
+      EnvelopeHeader h = d.envelope.header();
+      h.sent_ns = stamp ? now : 0;
+      d.envelope = std::move(d.envelope).with_header(h);
+    }
+    effects_.deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
+  }
   dispatches_.clear();
   out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
   out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);

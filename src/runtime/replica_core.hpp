@@ -376,8 +376,12 @@ class ReplicaCore final : public StageContext {
   // -- output side
   bool any_blocked() const;
   bool any_waiting() const;
-  void emit_outputs();
-  void send_dispatches(OutEdge& out);
+  /// Offers the step's outputs to their routers; `now`, when not 0, is the
+  /// time the step ended (a send time then costs no clock read).
+  void emit_outputs(std::int64_t now = 0);
+  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery
+  /// gets its send time stamped (hop_figures), the rest none.
+  void send_dispatches(OutEdge& out, std::int64_t now = 0);
 
   // -- snapshots of a stateful stage
   /// Restores setup_.restore into the stage just made; false if it failed.
@@ -454,6 +458,7 @@ class ReplicaCore final : public StageContext {
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
   std::uint64_t steps_ = 0;
+  std::uint64_t dispatched_ = 0;  ///< envelopes handed to the effects, for the send-time sample
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;

@@ -108,8 +108,11 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> peak_in_flight{0};
   std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
   std::atomic<std::uint64_t> replayed{0};  ///< producer side: sent again to a consumer replica placed anew
-  /// Consumer side: arrival at the producer (or capture) -> arrival here (hop_figures.hpp).
+  /// Consumer side: sent by the producer -> arrival here, the way over the edge (hop_figures.hpp).
   SharedLatency hops;
+  /// Consumer side: arrival at the producer (or capture) -> sent by it, the
+  /// producer's hold on what it sent on this edge (hop_figures.hpp).
+  SharedLatency held;
 };
 
 }  // namespace swarmflow::runtime

@@ -353,7 +353,21 @@ class StageHost final : public ReplicaEffects {
     int replica;
     int edge;
     std::vector<Envelope> envelopes;
+    bool timed = false;  ///< holds an envelope that gets its send time as the batch leaves
   };
+
+  /// The envelopes the core chose to carry a send time (it stamps one in
+  /// kHopSampleEvery as it hands them over, hop_figures.hpp) get the time
+  /// they really leave this replica: after the rest of the handler's work.
+  static void stamp_leaving(std::vector<Envelope>& envelopes) {
+    const std::int64_t now = steady_now_ns();
+    for (auto& e : envelopes) {
+      if (e.header().sent_ns == 0) continue;
+      EnvelopeHeader h = e.header();
+      h.sent_ns = now;
+      e = std::move(e).with_header(h);
+    }
+  }
 
   void post_deliver(int node, int replica, int edge, Envelope&& e) {
     const int unit = unit_of(node, replica);
@@ -367,12 +381,14 @@ class StageHost final : public ReplicaEffects {
         batch = &outbox_.back();
       }
       if (batch->envelopes.empty()) batch->envelopes.reserve(kMaxBatch);  // one allocation a batch
+      if (e.header().sent_ns != 0) batch->timed = true;
       batch->envelopes.push_back(std::move(e));
       if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::deliver, node, replica, edge);
     m.header.envelope = e.header();
+    if (m.header.envelope.sent_ns != 0) remote_timed_ = true;
     m.header.payload_id = std::string(e.payload()->identifier());
     m.payload = e.payload();
     // A large payload leaves at once, so that it is on its way while the
@@ -395,10 +411,24 @@ class StageHost final : public ReplicaEffects {
   }
 
   void flush_remote() {
+    if (remote_timed_) {
+      // As stamp_leaving: the time they are handed to the transport thread.
+      const std::int64_t now = steady_now_ns();
+      for (auto& m : remote_) {
+        if (m.destination.kind == transport::FrameKind::deliver && m.header.envelope.sent_ns != 0) {
+          m.header.envelope.sent_ns = now;
+        }
+      }
+      remote_timed_ = false;
+    }
     if (!remote_.empty()) transport().send(remote_);
   }
 
   void send_batch(Batch& b) {
+    if (b.timed) {
+      stamp_leaving(b.envelopes);
+      b.timed = false;
+    }
     const caf::actor to = local_actor(b.node, b.replica);
     if (b.envelopes.size() == 1) {
       self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
@@ -471,6 +501,7 @@ class StageHost final : public ReplicaEffects {
   int unit_;
   std::vector<Batch> outbox_;
   std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
+  bool remote_timed_ = false;  // remote_ holds an envelope that gets its send time as it leaves
   ReplicaCore core_;
   bool first_step_pending_;
   std::int64_t spawned_ns_;

@@ -291,7 +291,8 @@ struct Harness {
   Recorder effects;
   std::unique_ptr<ReplicaCore> core;
 
-  explicit Harness(const std::string& yaml, const std::string& stage, const std::atomic<double>* speed = nullptr) {
+  explicit Harness(const std::string& yaml, const std::string& stage, bool hop_figures = true,
+                   const std::atomic<double>* speed = nullptr) {
     g_now = 1000 * kMs;
     register_builtin_stages(registry);
     EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
@@ -330,6 +331,7 @@ struct Harness {
     s.stop_requested = &stop;
     s.clock = [] { return g_now; };
     s.speed_now = speed;
+    s.hop_figures = hop_figures;
     core = std::make_unique<ReplicaCore>(std::move(s), effects);
   }
 
@@ -408,7 +410,7 @@ TEST(ReplicaCore, ASlowedUnitTakesOneOverItsSpeedAsLongOverEveryStep) {
       "  - {id: src, type: sim.source}\n"
       "  - {id: mid, type: test.pass, params: {service_ms: 4}, inputs: {in: src/out}}\n"
       "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n";
-  Harness h(yaml, "mid", &speed);
+  Harness h(yaml, "mid", true, &speed);
   const int in = h.edge("src/out", "mid/in");
   h.core->start();
   const std::int64_t t0 = g_now;
@@ -439,13 +441,60 @@ TEST(ReplicaCore, AStageThatReadsItsUnitsSpeedAppliesItItself) {
       "  - {id: src, type: sim.source}\n"
       "  - {id: mid, type: test.speed_aware, params: {service_ms: 4}, inputs: {in: src/out}}\n"
       "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n";
-  Harness h(yaml, "mid", &speed);
+  Harness h(yaml, "mid", true, &speed);
   const int in = h.edge("src/out", "mid/in");
   h.core->start();
   const std::int64_t t0 = g_now;
   h.core->deliver(in, 0, blob(0));
   EXPECT_TRUE(h.effects.holds.empty());
   EXPECT_EQ(g_now - t0, 16 * kMs);  // once, not twice
+}
+
+/// `e` as its producer sent it at `sent_ns`.
+Envelope sent_at(Envelope e, std::int64_t sent_ns) {
+  EnvelopeHeader h = e.header();
+  h.sent_ns = sent_ns;
+  return std::move(e).with_header(h);
+}
+
+TEST(ReplicaCore, OneEnvelopeInSixteenLeavesWithItsSendTimeTakenAfterItsWaitForCredit) {
+  Harness h(chain("block"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  // Every input carries its producer's send time: no output inherits it.
+  const std::int64_t first_step_end = g_now;
+  for (std::uint64_t seq = 0; seq < 14; ++seq) {
+    h.core->deliver(in, 0, sent_at(blob(seq), 7));
+    h.core->ack(out, 0, 1, 1, 0);
+    g_now += kMs;
+  }
+  h.core->deliver(in, 0, sent_at(blob(14), 7));
+  h.core->deliver(in, 0, sent_at(blob(15), 7));  // the sink's two credits are spent
+  h.core->deliver(in, 0, sent_at(blob(16), 7));  // the 17th waits for credit
+  ASSERT_EQ(h.effects.sent.size(), 16U);
+  g_now += 5 * kMs;
+  const std::int64_t credited = g_now;
+  h.core->ack(out, 0, 1, 1, 0);
+  ASSERT_EQ(h.effects.sent.size(), 17U);
+  for (std::size_t i = 0; i < h.effects.sent.size(); ++i) {
+    const EnvelopeHeader& sent = h.effects.sent[i].envelope.header();
+    ASSERT_EQ(sent.seq, i);
+    if (i == 0) {
+      EXPECT_EQ(sent.sent_ns, first_step_end) << "sent as its step ended";
+    } else if (i == kHopSampleEvery) {
+      EXPECT_EQ(sent.sent_ns, credited) << "sent when the credit came, not when its step ended";
+    } else {
+      EXPECT_EQ(sent.sent_ns, 0) << i;
+    }
+  }
+
+  // Without hop figures nothing is stamped, and nothing inherited goes on.
+  Harness off(chain("block"), "mid", false);
+  off.core->start();
+  off.core->deliver(off.edge("src/out", "mid/in"), 0, sent_at(blob(0), 7));
+  ASSERT_EQ(off.effects.sent.size(), 1U);
+  EXPECT_EQ(off.effects.sent[0].envelope.header().sent_ns, 0);
 }
 
 TEST(ReplicaCore, AnIdleReplicaReturnsWhatItOwesAfterAShortWhile) {
