@@ -667,6 +667,8 @@ constexpr double kTraceSideMm = 0.3;      ///< its ridge contrast is taken again
 constexpr double kTraceStepSigmas = 2.0;  ///< each segment's ridge contrast, local noise sigmas
 constexpr double kTraceMaxMm = 60.0;      ///< a stroke is followed this far at most, each way
 constexpr double kTraceNullMm = 4.0;      ///< the surface this far around a stroke gives its null
+constexpr double kTraceIsotropic = 1.2;   ///< texture whose spread along a stroke is up to this times that across is
+                                          ///< taken as the same both ways
 constexpr int kMinWeakPx = 6;  ///< shortest weak piece kept for bridging
 
 /// The weighted mean of `small` over a `window`, where `weight` (CV_32F,
@@ -1246,10 +1248,17 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
       const int around = static_cast<int>(std::lround(kTraceNullMm * px_per_mm));
       const cv::Rect area(stroke.box.x - roi.x - around, stroke.box.y - roi.y - around, stroke.box.width + 2 * around,
                           stroke.box.height + 2 * around);
-      double median = 0;
+      double median = 0, median_across = 0;
       const double spread = tracer.null_spread(area, dir, sign, t.centre, &median);
       const double evidence = spread > 0 ? (t.ridge - median) / spread : 0.0;
       if (evidence < p.trace_evidence) continue;
+      // Texture that runs along the stroke (brushed metal) strings its
+      // streaks together from segment to segment, so the stroke's mean does
+      // not average its noise down as it does across isotropic texture: the
+      // evidence asked grows with the spread along over the spread across.
+      const double across = tracer.null_spread(area, cv::Point2d(-dir.y, dir.x), sign, t.centre, &median_across);
+      const double grain = across > 0 ? spread / across : 1.0;
+      if (grain > kTraceIsotropic && evidence < p.trace_evidence * grain / kTraceIsotropic) continue;
       // The same mark as scratches already found (a scratch found in part,
       // in pieces, or one wall of a two-toned one): they become one scratch
       // over the stroke's extent. Next to a pit or a crack it is left out.
