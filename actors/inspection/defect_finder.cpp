@@ -667,6 +667,8 @@ constexpr double kTraceSideMm = 0.3;      ///< its ridge contrast is taken again
 constexpr double kTraceStepSigmas = 2.0;  ///< each segment's ridge contrast, local noise sigmas
 constexpr double kTraceMaxMm = 60.0;      ///< a stroke is followed this far at most, each way
 constexpr double kTraceNullMm = 4.0;      ///< the surface this far around a stroke gives its null
+constexpr double kTraceFaint = 1.25;      ///< regions left out are followed when their mean contrast is below this
+                                          ///< times min_scratch_sigmas (faint); clearer ones were judged on their shape
 constexpr double kTraceIsotropic = 1.2;   ///< texture whose spread along a stroke is up to this times that across is
                                           ///< taken as the same both ways
 constexpr int kMinWeakPx = 6;  ///< shortest weak piece kept for bridging
@@ -1198,9 +1200,15 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
     const StrokeTracer tracer(z, mask, sigma_map, step, std::max(2.0, kTraceSideMm * px_per_mm));
     const int max_steps = static_cast<int>(std::ceil(kTraceMaxMm * px_per_mm / step));
     const int pair = std::max(2, static_cast<int>(std::lround(p.pair_mm * px_per_mm)));
+    // A region left out with the contrast of a clear mark had evidence
+    // enough pixel by pixel, and was left out for its shape (a zig-zag too
+    // fine to resolve, a blotch): following it would smooth that away.
+    const double faint_mean = kTraceFaint * p.min_scratch_sigmas;
     std::vector<const Region*> seeds;
     for (std::size_t i = 0; i < regions.size(); ++i) {
-      if (classes[i].empty() && regions[i].pixels.size() >= 3) seeds.push_back(&regions[i]);
+      if (classes[i].empty() && regions[i].pixels.size() >= 3 && regions[i].mean < faint_mean) {
+        seeds.push_back(&regions[i]);
+      }
     }
     for (const auto& f : faint) seeds.push_back(&f);
     std::stable_sort(seeds.begin(), seeds.end(), [](const Region* a, const Region* b) { return a->peak > b->peak; });
