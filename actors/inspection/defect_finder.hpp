@@ -35,8 +35,9 @@
 ///     clearly incoherent -> crack, with the dark strokes within
 ///     `crack_gap_mm` of it; anything else is texture or noise and is
 ///     dropped;
-///  8. faint strokes: from each piece that classification left out, and each
-///     faint stroke-like piece, the stroke is followed along its own
+///  8. faint strokes: from each faint region that classification left out
+///     (a clearer one was judged on its shape), and each faint stroke-like
+///     piece, the stroke is followed along its own
 ///     direction in segments of 0.8 mm, each turned by up to 15 degrees and
 ///     moved by up to a pixel across, while a segment's ridge contrast (its
 ///     mean less that of parallel lines 0.3 mm to either side, the mark's
@@ -46,8 +47,10 @@
 ///     percent, and its mean ridge contrast stands `trace_evidence` robust
 ///     spreads above what segments of the surface within 4 mm of it give
 ///     along the same direction (so texture that runs one way, as brushed
-///     metal does, is measured against itself). Scratches already found
-///     on it become one scratch over its extent;
+///     metal does, is measured against itself), more in proportion where
+///     that spread exceeds 1.2 times the spread across the stroke (texture
+///     running along it strings its streaks together). Scratches already
+///     found on it become one scratch over its extent;
 ///  9. missing holes: the plate's size identifies its drawing (part_drawings),
 ///     the drawing's holes are placed with the plate's pose, and a drawn hole
 ///     with no hole found near it, where the image shows metal, is a
