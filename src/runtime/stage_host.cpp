@@ -385,8 +385,12 @@ class StageHost final : public ReplicaEffects {
         batch = &outbox_.back();
       }
       if (batch->envelopes.empty()) batch->envelopes.reserve(kMaxBatch);  // one allocation a batch
+      // A large payload for another unit leaves at once, as through the
+      // transport: that unit's workers start on it while this handler makes
+      // the next (a source makes several in one pull).
+      const bool alone = unit != unit_ && e.payload() && e.payload()->size() >= kSendAloneBytes;
       batch->envelopes.push_back(std::move(e));
-      if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
+      if (alone || batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::deliver, node, replica, edge);
