@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <stdlib.h>
 
@@ -191,6 +194,75 @@ TEST(Units, InProcessDirectSlowConsumerOnAnotherUnitKeepsItsQueueBounded) {
     EXPECT_GT(e->dropped, 0U) << policy;
     EXPECT_EQ(static_cast<std::uint64_t>(counter(r.stage("sink"), "received")) + e->dropped, 500U) << policy;
   }
+}
+
+/// Envelopes of `ArrivalProbe` that reached `ArrivalCounter`, on another unit.
+std::atomic<int> g_arrived{0};
+
+/// A source of 64 KiB Blobs that, from its second step on, waits (at most
+/// 10 s) until the first has reached its consumer: all of its steps are one
+/// pull, one handler of its host. `waited_out` counts the waits that ended
+/// without it.
+class ArrivalProbe final : public Stage {
+ public:
+  static std::atomic<int> waited_out;
+  void setup(StageSpec& s) override { out_ = s.output<schema::Blob>("out"); }
+  Status process(Inputs&, Outputs& out, StageContext&) override {
+    if (made_ == 3) return Status::end_of_stream();
+    if (made_ > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (g_arrived.load() == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (g_arrived.load() == 0) waited_out.fetch_add(1);
+    }
+    flatbuffers::FlatBufferBuilder fbb(70000);
+    auto data = fbb.CreateVector(std::vector<std::uint8_t>(65536, 7));
+    fbb.Finish(schema::CreateBlob(fbb, 0, static_cast<std::uint64_t>(made_), data), schema::BlobIdentifier());
+    EnvelopeHeader h;
+    h.seq = static_cast<std::uint64_t>(made_++);
+    out.emit(out_, Payload::from_builder(fbb), h);
+    return {};
+  }
+
+ private:
+  OutputPort<schema::Blob> out_;
+  int made_ = 0;
+};
+std::atomic<int> ArrivalProbe::waited_out{0};
+
+class ArrivalCounter final : public Stage {
+ public:
+  void setup(StageSpec& s) override { in_ = s.input<schema::Blob>("in"); }
+  Status process(Inputs& in, Outputs&, StageContext&) override {
+    if (in.get(in_) != nullptr) g_arrived.fetch_add(1);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+};
+
+TEST(Units, InProcessDirectSendsALargePayloadBeforeItsHandlerEnds) {
+  // Held until the source's pull ends, the first payload could not arrive
+  // while the source waits for it (as it does through the transport).
+  g_arrived = 0;
+  ArrivalProbe::waited_out = 0;
+  Runtime rt;
+  ASSERT_TRUE(rt.registry().add<ArrivalProbe>("test.arrival_probe", "waits for its first payload to arrive").ok());
+  ASSERT_TRUE(rt.registry().add<ArrivalCounter>("test.arrival_counter", "counts arrivals").ok());
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string("pipeline: early\nunits: 2\n" + kDirect + "stages:\n"
+                             "  - {id: src, type: test.arrival_probe, placement: {units: [u0]}}\n"
+                             "  - {id: sink, type: test.arrival_counter, inputs: {in: src/out}, queue: {capacity: 4},\n"
+                             "     placement: {units: [u1]}}\n",
+                             "early.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
+  ASSERT_TRUE(rt.run().ok());
+  EXPECT_EQ(g_arrived.load(), 3);
+  EXPECT_EQ(ArrivalProbe::waited_out.load(), 0) << "the first payload waited for the source's handler to end";
+  EXPECT_EQ(rt.report().units[1].received, 0U);
 }
 
 TEST(Units, APayloadTooLargeForTheTransportIsDroppedAndCountedNotLost) {
