@@ -87,6 +87,7 @@ struct Options {
   std::string side;             ///< cost runs of one side only: "plain", "4", "4z", "spread" or "1" (no ratio)
   int cv_threads = -1;          ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
   int unit_threads = 0;         ///< worker threads per unit (RuntimeOptions::threads); 0: as `swarmflow run`
+  bool latency_zeromq = false;  ///< the latency run's units talk over the inproc transport
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -101,6 +102,8 @@ bool parse(int argc, char** argv, Options& o) {
                 "no ratio"),
       integer_flag("--cv-threads", "T", o.cv_threads,
                    "OpenCV's own worker threads on both sides (cv::setNumThreads); default: OpenCV's"),
+      switch_flag("--latency-zeromq", o.latency_zeromq,
+                "the latency run's units talk over the inproc transport (in_process: zeromq), not directly"),
       integer_flag("--unit-threads", "T", o.unit_threads,
                    "worker threads per unit; default 0: as `swarmflow run`, the cores shared among the units "
                    "(on 2 cores: 1 each of 4 units, 2 for 1 unit)"),
@@ -457,7 +460,7 @@ int main(int argc, char** argv) {
     std::printf("\nlatency, paced at 30 fps, M=%lld frames, frame capture -> report line:\n",
                 static_cast<long long>(o.latency_n));
     const Result p = run_plain(o.latency_n, 30);
-    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads);
+    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads, o.latency_zeromq);
     for (const Result* r : {&p, &a}) {
       if (!r->ok) {
         std::printf("  a run failed: %s\n", r->problem.c_str());
@@ -466,7 +469,7 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-22s p50 %6.1f ms   p99 %6.1f ms\n", "plain OpenCV loop", p.p50_ms, p.p99_ms);
     std::printf("  %-22s p50 %6.1f ms   p99 %6.1f ms   (sink p99 %.1f ms; %lld frames reported, facts right %.3f)\n",
-                "swarmflow, 4 units", a.p50_ms, a.p99_ms, a.sink_p99_ms, static_cast<long long>(a.frames), a.facts);
+                o.latency_zeromq ? "4 units, zeromq" : "swarmflow, 4 units", a.p50_ms, a.p99_ms, a.sink_p99_ms, static_cast<long long>(a.frames), a.facts);
   }
   return ok ? 0 : 1;
 }
