@@ -363,6 +363,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       if (!s.ok()) return s;
       run->transports[u] = std::move(t);
     }
+    run->direct_units.assign(units, 0);
+    if (run->spec.transport.in_process_direct) {
+      for (std::size_t u = 0; u < units; ++u) run->direct_units[u] = local[u] ? 1 : 0;
+    }
     return {};
   }
 

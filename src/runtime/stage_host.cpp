@@ -226,10 +226,10 @@ class StageHost final : public ReplicaEffects {
 
   void drain_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // the mark follows everything sent before it
-      self_->send(local_actor(node, replica), drain_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), drain_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::drain, node, replica, edge);
@@ -237,10 +237,10 @@ class StageHost final : public ReplicaEffects {
 
   void owed_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // behind the last outputs
-      self_->send(local_actor(node, replica), owed_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), owed_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::owed, node, replica, edge);
@@ -248,9 +248,9 @@ class StageHost final : public ReplicaEffects {
 
   void drained_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
-      self_->send(local_actor(node, replica), drained_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+    if (direct(unit, node, replica)) {
+      tell(unit, local_actor(node, replica), drained_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::drained, node, replica, edge);
@@ -277,6 +277,30 @@ class StageHost final : public ReplicaEffects {
 
   int unit_of(int node, int replica) const { return table_->unit(node, replica); }
   caf::actor local_actor(int node, int replica) const { return table_->actor(node, replica); }
+
+  /// Messages to replica `node/replica` on `unit` go straight to its actor:
+  /// it is on this unit, or on another unit of this process when the run
+  /// hands messages between the units of one process directly
+  /// (`transport: {in_process: direct}`, docs/design.md).
+  bool direct(int unit, int node, int replica) const {
+    if (unit == unit_) return true;
+    if (unit < 0 || static_cast<std::size_t>(unit) >= run_->direct_units.size() ||
+        run_->direct_units[static_cast<std::size_t>(unit)] == 0) {
+      return false;
+    }
+    return static_cast<bool>(local_actor(node, replica));
+  }
+
+  /// Sends to a replica's actor; one on another unit runs on that unit's
+  /// workers (a message sent with self_ would run it on this unit's).
+  template <class... Ts>
+  void tell(int unit, const caf::actor& to, Ts&&... xs) {
+    if (unit == unit_) {
+      self_->send(to, std::forward<Ts>(xs)...);
+    } else {
+      caf::anon_send(to, std::forward<Ts>(xs)...);
+    }
+  }
 
   /// Takes up the published table when it is newer than this host's (a host
   /// may hear of a new placement from a message made under it first).
@@ -371,7 +395,7 @@ class StageHost final : public ReplicaEffects {
 
   void post_deliver(int node, int replica, int edge, Envelope&& e) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       Batch* batch = nullptr;
       for (auto& b : outbox_) {
         if (b.node == node && b.replica == replica && b.edge == edge) batch = &b;
@@ -382,8 +406,12 @@ class StageHost final : public ReplicaEffects {
       }
       if (batch->envelopes.empty()) batch->envelopes.reserve(kMaxBatch);  // one allocation a batch
       if (e.header().sent_ns != 0) batch->timed = true;
+      // A large payload for another unit leaves at once, as through the
+      // transport: that unit's workers start on it while this handler makes
+      // the next (a source makes several in one pull).
+      const bool alone = unit != unit_ && e.payload() && e.payload()->size() >= kSendAloneBytes;
       batch->envelopes.push_back(std::move(e));
-      if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
+      if (alone || batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::deliver, node, replica, edge);
@@ -430,12 +458,13 @@ class StageHost final : public ReplicaEffects {
       b.timed = false;
     }
     const caf::actor to = local_actor(b.node, b.replica);
+    const int unit = unit_of(b.node, b.replica);
     if (b.envelopes.size() == 1) {
-      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
-                  std::move(b.envelopes.front()));
+      tell(unit, to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+           std::move(b.envelopes.front()));
     } else {
-      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
-                  std::move(b.envelopes));
+      tell(unit, to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+           std::move(b.envelopes));
     }
     b.envelopes = {};
   }
@@ -450,10 +479,10 @@ class StageHost final : public ReplicaEffects {
 
   void post_eos(int node, int replica, int edge) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // the end-of-stream mark must follow the envelopes
-      self_->send(local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::eos, node, replica, edge);
@@ -461,10 +490,10 @@ class StageHost final : public ReplicaEffects {
 
   void post_ack(int node, int replica, int edge, int credits, int released, double service_ns) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
-      self_->send(local_actor(node, replica), ack_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(credits),
-                  static_cast<std::uint32_t>(released), service_ns);
+    if (direct(unit, node, replica)) {
+      tell(unit, local_actor(node, replica), ack_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(credits),
+           static_cast<std::uint32_t>(released), service_ns);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::ack, node, replica, edge);

@@ -67,10 +67,14 @@ const char* kThreeUnits =
     "  - {id: u1, threads: 1}\n"
     "  - {id: u2, threads: 1}\n";
 
-TEST(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
+/// Each test runs with the units' messages over the inproc transport and
+/// handed over directly (`transport: {in_process: direct}`).
+class Moves : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
                                  " placement: {units: [u0]}}\n"
@@ -115,12 +119,12 @@ TEST(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
   }
 }
 
-TEST(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
+TEST_P(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
   // sim.sink keeps each stream's next sequence number: a successor without
   // it would count the envelopes before the move as lost.
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 4},"
                                  " placement: {units: [u0]}}\n"
@@ -152,10 +156,10 @@ TEST(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
   EXPECT_EQ(r.moves[1].to, "u1");
 }
 
-TEST(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
+TEST_P(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
                                  " placement: {units: [u0]}}\n"
@@ -201,14 +205,14 @@ TEST(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   EXPECT_GT(zero_end, zero_middle);
 }
 
-TEST(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
+TEST_P(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
   // sim.sink keeps each stream's next sequence number, per stream: keyed by
   // stream, its streams can go to the other replica, each with its state. A
   // replica given a stream without it would count the stream's envelopes
   // before the hand-over as lost.
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
                                  " placement: {units: [u0]}}\n"
@@ -250,13 +254,13 @@ TEST(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
   }
 }
 
-TEST(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
+TEST_P(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
   // sim.sink keeps its state per stream; keyed by part_id, a key is not a
   // stream, so its keys cannot take their state along: reassigning them is
   // refused.
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
                                  " placement: {units: [u0]}}\n"
@@ -274,12 +278,12 @@ TEST(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
   ASSERT_TRUE(rt.wait().ok());
 }
 
-TEST(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
+TEST_P(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
   // Asked for at once: the same replica twice, keys given away twice. Hosts
   // take the placements up one epoch at a time, so none misses a drain.
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
                                  " placement: {units: [u0]}}\n"
@@ -314,10 +318,10 @@ TEST(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
   EXPECT_GE(r.moves.size(), 4U);
 }
 
-TEST(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
+TEST_P(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, rate_hz: 1000}}\n"
                                  "  - {id: sink, type: sim.sink, inputs: {in: src/out}}\n",
@@ -338,6 +342,11 @@ TEST(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
   rt.request_stop();
   ASSERT_TRUE(rt.wait().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(InProcess, Moves, ::testing::Values("", "transport: {in_process: direct}\n"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? std::string("ZeroMq") : std::string("Direct");
+                         });
 
 }  // namespace
 }  // namespace swarmflow
