@@ -69,23 +69,26 @@ const char* kThreeUnits =
 
 /// Each test runs with the units' messages over the inproc transport and
 /// handed over directly (`transport: {in_process: direct}`).
-class Moves : public ::testing::TestWithParam<std::string> {};
+class Moves : public ::testing::TestWithParam<std::string> {
+ protected:
+  /// Loads the three units, this test's transport and `stages`, and starts.
+  void start(Runtime& rt, const std::string& stages) {
+    std::vector<Diagnostic> diags;
+    ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() + "stages:\n" + stages, "moves.yaml", &diags).ok())
+        << format_diagnostics(diags);
+    ASSERT_TRUE(rt.start().ok());
+  }
+};
 
 TEST_P(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 40}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 40}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 200);
   const char* units[] = {"u0", "u1", "u2"};
   constexpr int kMoves = 12;
@@ -123,19 +126,13 @@ TEST_P(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
   // sim.sink keeps each stream's next sequence number: a successor without
   // it would count the envelopes before the move as lost.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 4},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {service_us: 20},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u1, u2]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 4},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {service_us: 20},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u1, u2]}}\n"));
   await_received(rt, 300);
   ASSERT_TRUE(rt.move_replica("sink", 0, "u2").ok());
   ASSERT_TRUE(await_moves(rt, 1));
@@ -158,19 +155,13 @@ TEST_P(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
 
 TEST_P(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 300);
   // Every stream to replica 1, then every stream to replica 0.
   std::vector<std::pair<std::uint64_t, int>> to_one;
@@ -211,17 +202,11 @@ TEST_P(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
   // replica given a stream without it would count the stream's envelopes
   // before the hand-over as lost.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: sink, type: sim.sink, replicas: 2, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"));
   await_received(rt, 300);
   std::vector<std::pair<std::uint64_t, int>> to_one;
   std::vector<std::pair<std::uint64_t, int>> to_zero;
@@ -259,17 +244,11 @@ TEST_P(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
   // stream, so its keys cannot take their state along: reassigning them is
   // refused.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: sink, type: sim.sink, replicas: 2, key: part_id, inputs: {in: src/out},"
-                                 " placement: {units: [u1, u2], spread: true}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: 2, key: part_id, inputs: {in: src/out},"
+                                " placement: {units: [u1, u2], spread: true}}\n"));
   await_received(rt, 100);
   const Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
   EXPECT_FALSE(s.ok());
@@ -282,19 +261,13 @@ TEST_P(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins)
   // Asked for at once: the same replica twice, keys given away twice. Hosts
   // take the placements up one epoch at a time, so none misses a drain.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 30}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 300);
   std::vector<std::pair<std::uint64_t, int>> to_one;
   std::vector<std::pair<std::uint64_t, int>> to_two;
