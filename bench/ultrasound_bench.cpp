@@ -68,6 +68,7 @@
 #include "ultrasound/ultrasound_image.hpp"
 #include "ultrasound/ultrasound_report.hpp"
 #include "ultrasound/ultrasound_score.hpp"
+#include "ultrasound/ultrasound_stages.hpp"
 #include "video/synthetic_ultrasound.hpp"
 #include "video/video.hpp"
 
@@ -153,21 +154,9 @@ struct Result {
 std::size_t stream_line(const swarmflow::ultrasound::ReportLine& line) {
   using namespace swarmflow;
   const std::vector<std::string> pieces = ultrasound::line_pieces(line.text);
-  const int no_vocabulary = -1;
-  const float certain = 1.0F, log_certain = 0.0F;
   std::string text;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    const bool final = k + 1 == pieces.size();
-    flatbuffers::FlatBufferBuilder fbb(160 + pieces[k].size(), &payload_allocator());
-    const auto ids = fbb.CreateVector(&no_vocabulary, 1);
-    const auto piece = fbb.CreateString(pieces[k]);
-    const auto piece_v = fbb.CreateVector(&piece, 1);
-    const auto conf = fbb.CreateVector(&certain, 1);
-    const auto lps = fbb.CreateVector(&log_certain, 1);
-    const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
-    fbb.Finish(schema::CreateTokens(fbb, ids, piece_v, k, conf, final, line.request, lps, reason),
-               schema::TokensIdentifier());
-    const PayloadPtr token = Payload::from_builder(fbb);
+    const PayloadPtr token = ultrasound::word_token(pieces[k], k, k + 1 == pieces.size(), line.request);
     const auto* t = flatbuffers::GetRoot<schema::Tokens>(token->data());
     text += t->pieces()->Get(0)->string_view();
   }
