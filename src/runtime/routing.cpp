@@ -87,6 +87,7 @@ EdgeRouter::EdgeRouter(int replicas, int capacity, config::Overflow overflow, bo
   for (auto& v : views_) v.credits = capacity_;
   fixed_waiting_.assign(views_.size(), 0);
   paused_.assign(views_.size(), 0);
+  standby_.assign(views_.size(), 0);
 }
 
 std::uint64_t EdgeRouter::key_of(const Envelope& e) const {
@@ -102,7 +103,7 @@ const std::vector<ReplicaView>& EdgeRouter::restricted_views(bool exclude_fixed)
   scratch_ = views_;
   for (std::size_t i = 0; i < scratch_.size(); ++i) {
     if ((exclude_fixed && fixed_waiting_[i] > 0) || in_flight_[i].size() >= retention_limit_ || !replay_[i].empty() ||
-        paused_[i] != 0) {
+        paused_[i] != 0 || standby_[i] != 0) {
       scratch_[i].credits = 0;
     }
   }
@@ -237,7 +238,7 @@ void EdgeRouter::set_remote(std::vector<bool> remote, std::size_t max_remote_pay
 int EdgeRouter::local_replica() const {
   int best = -1;
   for (int i = 0; i < static_cast<int>(views_.size()); ++i) {
-    if (remote_[static_cast<std::size_t>(i)]) continue;
+    if (remote_[static_cast<std::size_t>(i)] || standby_[static_cast<std::size_t>(i)] != 0) continue;
     if (best < 0 || views_[static_cast<std::size_t>(i)].credits > views_[static_cast<std::size_t>(best)].credits) {
       best = i;
     }
@@ -402,6 +403,10 @@ void EdgeRouter::resume(int replica, bool remote, std::vector<Dispatch>& out) {
 
 void EdgeRouter::set_key_map(std::shared_ptr<const KeyMap> keys) {
   key_map_ = std::move(keys);
+  retarget_waiting();
+}
+
+void EdgeRouter::retarget_waiting() {
   if (!keyed_ || fanout_) return;
   for (auto& w : waiting_) {
     if (w.target < 0) continue;
@@ -411,6 +416,22 @@ void EdgeRouter::set_key_map(std::shared_ptr<const KeyMap> keys) {
     ++fixed_waiting_[static_cast<std::size_t>(now)];
     w.target = now;
   }
+}
+
+void EdgeRouter::set_serving(int active, int ring, std::vector<Dispatch>& out) {
+  const int n = static_cast<int>(views_.size());
+  active = std::clamp(active, 1, n);
+  ring = std::clamp(ring, 1, active);
+  standby_count_ = 0;
+  for (int r = 0; r < n; ++r) {
+    standby_[static_cast<std::size_t>(r)] = r >= active ? 1 : 0;
+    standby_count_ += r >= active ? 1 : 0;
+  }
+  if (ring != ring_.replicas()) {
+    ring_ = ConsistentHashRing(ring);
+    retarget_waiting();
+  }
+  send_waiting(out);
 }
 
 void EdgeRouter::drop_waiting() {

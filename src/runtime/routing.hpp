@@ -127,6 +127,14 @@ class EdgeRouter {
   /// credit and an unknown service time. Appends what can go now.
   void resume(int replica, bool remote, std::vector<Dispatch>& out);
   bool paused(int replica) const { return paused_[static_cast<std::size_t>(replica)] != 0; }
+  /// Of a stage with `replicas: {min, max}`: replicas [0, active) take
+  /// work and the others stand by (nothing goes to them); keyed envelopes
+  /// hash over replicas [0, ring) where the key map does not place them
+  /// (ring <= active). Keyed envelopes that wait here go where their key
+  /// goes now: the placement changes the ring only after every replica that
+  /// gives keys away has drained. Appends what can go now.
+  void set_serving(int active, int ring, std::vector<Dispatch>& out);
+  bool standby(int replica) const { return standby_[static_cast<std::size_t>(replica)] != 0; }
   /// Keys placed by load (null: the hash ring alone). Keyed envelopes that
   /// wait here go where the new map says: their replica drained first, so
   /// nothing for their key is in flight anywhere.
@@ -193,7 +201,7 @@ class EdgeRouter {
   /// Has credit and room to retain one more envelope.
   bool can_take(int replica) const {
     const auto r = static_cast<std::size_t>(replica);
-    return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_ && paused_[r] == 0;
+    return views_[r].credits > 0 && in_flight_[r].size() < retention_limit_ && paused_[r] == 0 && standby_[r] == 0;
   }
   /// Can take a new envelope: can_take() and no replay is pending for it.
   bool can_take_new(int replica) const {
@@ -204,8 +212,9 @@ class EdgeRouter {
   /// when none.
   const std::vector<ReplicaView>& usable_views(bool exclude_fixed) {
     const bool any_fixed = exclude_fixed && unfixed_waiting_ < static_cast<int>(waiting_.size());
-    return any_fixed || full_replicas_ > 0 || replaying_replicas_ > 0 || paused_count_ > 0 ? restricted_views(any_fixed)
-                                                                                           : views_;
+    return any_fixed || full_replicas_ > 0 || replaying_replicas_ > 0 || paused_count_ > 0 || standby_count_ > 0
+               ? restricted_views(any_fixed)
+               : views_;
   }
   const std::vector<ReplicaView>& restricted_views(bool exclude_fixed);
   int choose(const Envelope& e);
@@ -214,6 +223,8 @@ class EdgeRouter {
   void wait(int target, Envelope envelope, std::uint64_t origin);
   /// Uncounts a waiting envelope that leaves the list.
   void forget(const Waiting& w);
+  /// Waiting keyed envelopes go where their key goes now.
+  void retarget_waiting();
   /// The replica in this unit with the most credit; -1 when there is none.
   int local_replica() const;
   std::uint64_t key_of(const Envelope& e) const;
@@ -263,6 +274,8 @@ class EdgeRouter {
   std::vector<bool> remote_;  ///< by replica; empty = all in this unit
   std::vector<char> paused_;  ///< by replica: draining for a move
   int paused_count_ = 0;
+  std::vector<char> standby_;  ///< by replica: stands by (set_serving)
+  int standby_count_ = 0;
   std::shared_ptr<const KeyMap> key_map_;
   std::size_t waiting_for_paused() const {
     std::size_t n = 0;

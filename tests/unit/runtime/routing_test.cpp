@@ -211,6 +211,68 @@ TEST(EdgeRouter, KeyedEdgeKeepsStreamsOnTheirReplicaAndInOrder) {
   EXPECT_EQ(r.offered(), produced);
 }
 
+TEST(EdgeRouterServing, ReplicasStandingByGetNothingUntilAddedThenTakeTheirShare) {
+  // Four replicas, of which two take work (`replicas: {min: 2, max: 4}`).
+  EdgeRouter r(4, 4, Overflow::block, false);
+  std::vector<Dispatch> out;
+  r.set_serving(2, 2, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_TRUE(r.standby(2));
+  EXPECT_TRUE(r.standby(3));
+  std::map<int, int> to;
+  for (std::uint64_t i = 0; i < 8; ++i) r.offer(env(i, 0), out);
+  for (const auto& d : out) ++to[d.replica];
+  EXPECT_EQ(to.count(2) + to.count(3), 0U);
+  EXPECT_EQ(to[0] + to[1], 8);  // all the credit of the two
+  EXPECT_EQ(r.waiting(), 0U);
+  // Without credit they wait, not for the replicas standing by ...
+  out.clear();
+  r.offer(env(9, 0), out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(r.waiting(), 1U);
+  EXPECT_TRUE(r.blocked());
+  // ... which take them once added.
+  r.set_serving(3, 2, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].replica, 2);
+  EXPECT_FALSE(r.standby(2));
+  EXPECT_TRUE(r.standby(3));
+}
+
+TEST(EdgeRouterServing, KeysHashOverTheRingAndARemovedReplicasWaitingKeysGoToTheirNewOwner) {
+  EdgeRouter r(3, 1, Overflow::block, true);
+  std::vector<Dispatch> out;
+  r.set_serving(3, 3, out);
+  const ConsistentHashRing three(3);
+  const ConsistentHashRing two(2);
+  // A replica added to a keyed stage gets no key by the hash: the ring stays.
+  r.set_serving(3, 2, out);
+  std::uint64_t on_one = 0;
+  for (std::uint64_t k = 0; k < 200; ++k) {
+    EXPECT_EQ(r.replica_for_key(k), two.replica_for(k));
+    if (two.replica_for(k) == 1) on_one = k;
+  }
+  // A key whose replica drains waits; when that replica leaves the ring,
+  // the key goes where the smaller ring puts it.
+  r.set_serving(2, 2, out);  // replica 2 is not in the ring anyway
+  r.pause(1);
+  out.clear();
+  r.offer(env(on_one, 0), out);
+  EXPECT_TRUE(out.empty());
+  r.set_serving(1, 1, out);
+  r.resume(1, false, out);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].replica, 0);
+  EXPECT_EQ(out[0].envelope.header().stream, on_one);
+  for (std::uint64_t k = 0; k < 200; ++k) EXPECT_EQ(r.replica_for_key(k), 0);
+  // Only the leaving replica's keys change hands between rings of 3 and 2.
+  for (std::uint64_t k = 0; k < 2000; ++k) {
+    if (three.replica_for(k) != 2) {
+      EXPECT_EQ(two.replica_for(k), three.replica_for(k)) << k;
+    }
+  }
+}
+
 TEST(EdgeRouter, RoutesAwayFromASlowReplica) {
   EdgeRouter r(2, 8, Overflow::block, false);
   std::vector<Dispatch> out;
