@@ -89,6 +89,10 @@ class SequenceChecker {
   /// One stream's state, taken out (false: none), or put in.
   bool take(std::uint64_t stream, std::string& out);
   bool give(std::uint64_t stream, const std::string& text);
+  /// The streams it keeps state for.
+  void streams(std::vector<std::uint64_t>& out) const {
+    for (const auto& [stream, state] : streams_) out.push_back(stream);
+  }
 
  private:
   struct StreamState {
@@ -111,6 +115,10 @@ class SimSink final : public Stage {
   const char* state_key() const override { return "stream"; }
   bool take_key(std::uint64_t key, std::string& out) override;
   Status give_key(std::uint64_t key, const std::string& state) override;
+  bool held_keys(std::vector<std::uint64_t>& out) const override {
+    checker_.streams(out);
+    return true;
+  }
 
  private:
   InputPort<schema::Blob> in_;

@@ -150,6 +150,8 @@ struct ReplicaReport {
   std::uint64_t restarts = 0;
   std::uint64_t dead_letters = 0;
   std::uint64_t queued = 0;     ///< envelopes waiting at it now
+  /// Of a stage with `replicas: {min, max}`: it stands by (takes no work now).
+  bool standby = false;
   /// Time per step: counts per bucket of kServiceBucketsS (not cumulative;
   /// the last entry is over the largest bound), and their sum.
   std::vector<std::uint64_t> service_buckets;
@@ -203,7 +205,10 @@ struct FailoverReport {
 /// adaptive}`, or Runtime::move_replica): docs/placement.md.
 struct MoveReport {
   double at_s = 0;          ///< when it began, in seconds since the run started
-  std::string kind;         ///< "move" (a replica to another unit) or "keys" (keys to other replicas)
+  /// "move" (a replica to another unit), "keys" (keys to other replicas),
+  /// "add" (a replica standing by takes work, on unit `to`) or "remove"
+  /// (the last replica that works hands its keys over and stands by).
+  std::string kind;
   std::string stage;
   int replica = 0;          ///< the replica moved, or the one whose keys were handed on
   std::string from;         ///< its unit before

@@ -125,6 +125,16 @@ class Runtime {
   /// Each replica that gives keys away drains first, so each key's order
   /// holds. Refused for a stage that keeps state per replica.
   Status reassign_keys(const std::string& stage, const std::vector<std::pair<std::uint64_t, int>>& keys);
+  /// Of a stage with `replicas: {min, max}`: its next replica standing by
+  /// takes work, on `unit` (empty: where it stands by), up to max. A keyed
+  /// stage's keys come to it by key reassignment (the adaptive policy's, or
+  /// reassign_keys), each from a drained replica. Queued like a move.
+  Status add_replica(const std::string& stage, const std::string& unit = "");
+  /// Of a stage with `replicas: {min, max}`: its last replica that takes
+  /// work drains, hands the keys it keeps state for to the replicas that
+  /// take them, and stands by, down to min. Refused for a stage that keeps
+  /// state per replica. Queued like a move.
+  Status remove_replica(const std::string& stage);
   /// Moves completed so far (asked for, or the adaptive policy's).
   std::uint64_t moves_completed() const;
   /// `start` then `wait`.

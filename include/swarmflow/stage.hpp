@@ -407,6 +407,12 @@ class Stage {
   virtual Status give_key(std::uint64_t /*key*/, const std::string& /*state*/) {
     return Status::error("give_key not supported");
   }
+  /// Lists in `out` every key it keeps state for, and returns true; false
+  /// (the default) when it cannot tell. A replica of a stage with
+  /// `replicas: {min, max}` is removed only when its stage can tell: it
+  /// hands each of those keys over (take_key) to the replica that takes it.
+  /// Between steps.
+  virtual bool held_keys(std::vector<std::uint64_t>& /*out*/) const { return false; }
 };
 
 }  // namespace swarmflow

@@ -135,7 +135,7 @@ function render(s) {
     (replicasOf[id] || []).forEach((r, i) => {
       const y = p.y + 22 + i * rowH;
       out += `<g class="replica"><rect x="${p.x + 6}" y="${y}" width="${boxW - 12}" height="${rowH - 4}" rx="3"/>` +
-             `<text x="${p.x + 10}" y="${y + 15}">#${r.replica} on ${esc(r.unit || "lost")} · ${r.processed} · q${r.queued}</text></g>`;
+             `<text x="${p.x + 10}" y="${y + 15}">#${r.replica} on ${esc(r.unit || "lost")}${r.standby ? " (standing by)" : ""} · ${r.processed} · q${r.queued}</text></g>`;
     });
     out += `</g>`;
   });

@@ -830,8 +830,10 @@ class Loader {
           "make min at most max");
       return;
     }
-    decl.replicas = decl.min_replicas = static_cast<int>(*min);
-    decl.max_replicas = static_cast<int>(*max);
+    // Every replica up to max exists from the start; those past min stand
+    // by until the placement adds them (docs/placement.md).
+    decl.min_replicas = static_cast<int>(*min);
+    decl.replicas = decl.max_replicas = static_cast<int>(*max);
     decl.replicas_loc = e.value_loc();
   }
 
@@ -1298,22 +1300,41 @@ class Loader {
   // -- checks across stages ---
 
   void check_across_stages() {
-    // A range asks for replicas added and removed while the run goes on,
-    // which placement does not do yet (it moves replicas and their keys).
+    // A range asks for replicas added and removed while the run goes on:
+    // not where a replica cannot join or leave mid-stream.
     for (const auto& s : spec_.stages) {
-      if (s.min_replicas < s.max_replicas) {
-        report(s.replicas_loc,
-               "'replicas' of stage '" + s.id + "' is a range (" + std::to_string(s.min_replicas) + " to " +
-                   std::to_string(s.max_replicas) +
-                   "), but replicas are not added or removed while a run goes on yet",
-               "give `replicas: " + std::to_string(s.min_replicas) +
-                   "`; the adaptive policy moves replicas and their keys between units (docs/placement.md)");
+      if (s.min_replicas == s.max_replicas) continue;
+      std::string why;
+      if (s.inputs.empty()) {
+        why = "it is a source (its data comes from where each replica runs)";
+      } else if (s.join.enabled) {
+        why = "it joins its inputs (a replica leaving would split its open sets)";
+      } else if (s.fanout_all) {
+        why = "it takes `fanout: all` (a replica added would miss what the others were sent)";
+      } else if (s.feedback || feeds_feedback(s.id)) {
+        why = "it is in a cycle (draining a replica would wait on itself)";
       }
+      if (why.empty()) continue;
+      report(s.replicas_loc,
+             "'replicas' of stage '" + s.id + "' is a range (" + std::to_string(s.min_replicas) + " to " +
+                 std::to_string(s.max_replicas) + "), but " + why,
+             "give a number of replicas, e.g. `replicas: " + std::to_string(s.max_replicas) + "`");
     }
     std::vector<Link> links = check_sources();
     check_unconnected();
     check_cycles(links);
     check_frame_regions(links);
+  }
+
+  /// Whether a stage with `feedback: true` takes input from stage `id`.
+  bool feeds_feedback(const std::string& id) const {
+    for (const auto& s : spec_.stages) {
+      if (!s.feedback) continue;
+      for (const auto& in : s.inputs) {
+        if (in.from_stage == id) return true;
+      }
+    }
+    return false;
   }
 
   /// An integer parameter of `decl` as written, else its declared default;

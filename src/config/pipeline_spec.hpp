@@ -63,7 +63,10 @@ struct ParamDecl {
 struct StageDecl {
   std::string id;
   std::string type;
-  int replicas = 1;       ///< initial count
+  /// Its replicas: `replicas: N`, or max of `replicas: {min, max}`, of
+  /// which min take work at the start and the others stand by until the
+  /// placement adds them (docs/placement.md, "Adding and removing replicas").
+  int replicas = 1;
   int min_replicas = 1;   ///< from `replicas: {min, max}`; equal to replicas otherwise
   int max_replicas = 1;
   SourceLoc replicas_loc;  ///< of the `replicas:` value

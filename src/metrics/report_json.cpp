@@ -233,6 +233,7 @@ std::string RunReport::to_json() const {
     rj["restarts"] = x.restarts;
     rj["dead_letters"] = x.dead_letters;
     rj["queued"] = x.queued;
+    if (x.standby) rj["standby"] = true;
     Json service = Json::object();
     Json le = Json::object();
     std::uint64_t n = 0;

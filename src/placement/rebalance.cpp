@@ -313,9 +313,10 @@ bool Rebalancer::scale_out(const LoadView& view, std::vector<double>& load, std:
     int best = -1;
     double best_room = 0;
     if (backlog && static_cast<int>(n) < stage.max_replicas && !stage.inputs.empty()) {
+      const int only = s < view.add_only_on.size() ? view.add_only_on[s] : -1;
       for (std::size_t t = 0; t < load.size(); ++t) {
         if (t >= view.units.size() || !view.units[t].usable || !allowed(static_cast<int>(s), static_cast<int>(t))) continue;
-        if (load[t] >= cool) continue;
+        if ((only >= 0 && static_cast<int>(t) != only) || load[t] >= cool) continue;
         const double room = (1 - load[t]) * capacity(static_cast<int>(t));
         if (best < 0 || room > best_room) {
           best = static_cast<int>(t);
@@ -340,13 +341,15 @@ bool Rebalancer::scale_in(const LoadView& view, std::int64_t now, Move* out) {
   for (std::size_t s = 0; s < spec_.stages.size() && s < view.unit_of.size(); ++s) {
     const config::StageDecl& stage = spec_.stages[s];
     const std::size_t n = view.unit_of[s].size();
-    bool idle = static_cast<int>(n) > stage.min_replicas;
+    bool idle = static_cast<int>(n) > stage.min_replicas && (s >= view.no_scale_in.size() || view.no_scale_in[s] == 0);
+    // Nothing waits beyond what is on its way (a quarter of the backlog's mark).
+    const double quiet = 0.25 * settings_.backlog_fraction * std::max(1, stage.queue.capacity);
     int seen = 0;
     for (const auto& r : view.replicas) {
       if (static_cast<std::size_t>(r.stage) != s) continue;
       ++seen;
       const double busy = r.arrival_hz * r.service_ns / 1e9;
-      idle = idle && busy < settings_.scale_in_below && r.queue_depth < 1;
+      idle = idle && busy < settings_.scale_in_below && r.queue_depth <= quiet;
     }
     if (!idle_[s].held(idle && seen > 0, now, settings_.sustain_ns)) continue;
     out->kind = MoveKind::remove_replica;

@@ -81,6 +81,12 @@ struct LoadView {
   /// By stage: its keys cannot go to other replicas (a stateful stage, or
   /// more keys than are measured). Empty: none.
   std::vector<char> keys_fixed;
+  /// By stage: its replicas are not removed (it keeps state per replica,
+  /// or a sink's output stays where it is). Empty: any may be.
+  std::vector<char> no_scale_in;
+  /// By stage: the only unit a replica may be added on (the unit where its
+  /// next replica stands by, for a stage that cannot move); -1 or empty: any.
+  std::vector<int> add_only_on;
   /// Whether replicas may be added and removed.
   bool scaling = true;
 };

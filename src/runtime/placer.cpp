@@ -180,6 +180,9 @@ std::string Placer::refusal(const placement::Move& move) const {
   switch (move.kind) {
     case placement::MoveKind::move_replica: {
       if (move.replica < 0 || move.replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
+      if (move.replica >= table->active_of(move.stage)) {
+        return "replica " + std::to_string(move.replica) + " of stage '" + decl.id + "' stands by (add it instead)";
+      }
       if (run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(move.replica)]
               ->finished.load()) {
         return "replica " + std::to_string(move.replica) + " of stage '" + decl.id + "' has finished";
@@ -207,31 +210,81 @@ std::string Placer::refusal(const placement::Move& move) const {
       }
       for (const auto& [key, replica] : move.keys) {
         if (replica < 0 || replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
+        if (replica >= table->active_of(move.stage)) {
+          return "replica " + std::to_string(replica) + " of stage '" + decl.id + "' stands by";
+        }
       }
       return {};
     }
-    case placement::MoveKind::add_replica:
-    case placement::MoveKind::remove_replica:
-      return "adding and removing replicas while the run goes on is not built yet";
+    case placement::MoveKind::add_replica: {
+      const int active = table->active_of(move.stage);
+      if (active >= decl.max_replicas || active >= decl.replicas) {
+        return "stage '" + decl.id + "' has its most replicas already (" + std::to_string(decl.max_replicas) + ")";
+      }
+      if (run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(active)]->finished.load()) {
+        return "stage '" + decl.id + "' has finished";
+      }
+      if (!table->actor(move.stage, active)) return "the replica does not run in this process";
+      const int standing = table->unit(move.stage, active);
+      const int to = move.to_unit < 0 ? standing : move.to_unit;
+      if (static_cast<std::size_t>(to) >= run_->spec.units.size()) return "no such unit";
+      const std::string& unit = run_->spec.units[static_cast<std::size_t>(to)].id;
+      if (!decl.pin_units.empty() && std::find(decl.pin_units.begin(), decl.pin_units.end(), unit) == decl.pin_units.end()) {
+        return "stage '" + decl.id + "' may not run on unit '" + unit + "' (its placement.units)";
+      }
+      if (to != standing && node.out_edges.empty() &&
+          !run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(active)]->stateful.load()) {
+        return "stage '" + decl.id + "' is a sink that keeps no state: its replica " + std::to_string(active) +
+               " is added only where it stands by (unit '" + run_->spec.units[static_cast<std::size_t>(standing)].id +
+               "')";
+      }
+      return {};
+    }
+    case placement::MoveKind::remove_replica: {
+      const int active = table->active_of(move.stage);
+      if (active <= decl.min_replicas) {
+        return "stage '" + decl.id + "' has its fewest replicas already (" + std::to_string(decl.min_replicas) + ")";
+      }
+      // Its last replica that takes work goes.
+      const ReplicaStats& stats = *run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(active - 1)];
+      if (stats.finished.load()) return "stage '" + decl.id + "' has finished";
+      if (!table->actor(move.stage, active - 1)) return "the replica does not run in this process";
+      if (stats.stateful.load() && !stats.state_per_key.load()) {
+        return "stage '" + decl.id + "' keeps state per replica, not per key: its replicas stay";
+      }
+      if (stats.state_per_key.load() && !stats.lists_keys.load()) {
+        return "stage '" + decl.id + "' cannot list the keys it keeps state for (Stage::held_keys): its replicas stay";
+      }
+      return {};
+    }
   }
   return "unknown move";
 }
 
 std::vector<Placer::Step> Placer::steps_of(const placement::Move& move) const {
   std::vector<Step> steps;
-  if (move.kind == placement::MoveKind::move_replica) {
+  if (move.kind != placement::MoveKind::reassign_keys) {
     Step s;
     s.move = move;
     s.node = move.stage;
     s.replica = move.replica;
     s.to_unit = move.to_unit;
+    // Added: the first replica standing by; removed: the last that works.
+    const int active = run_->table()->active_of(move.stage);
+    if (move.kind == placement::MoveKind::add_replica) {
+      s.serving = 1;
+      s.replica = active;
+    } else if (move.kind == placement::MoveKind::remove_replica) {
+      s.serving = -1;
+      s.replica = active - 1;
+      s.to_unit = -1;
+    }
     steps.push_back(std::move(s));
     return steps;
   }
   // Keys leave each replica that gives some away after it drains.
   const auto table = run_->table();
-  const int replicas = run_->graph.nodes[static_cast<std::size_t>(move.stage)].decl->replicas;
-  const ConsistentHashRing ring(replicas);
+  const ConsistentHashRing ring(table->ring_of(move.stage));
   const auto map = table->key_map(move.stage);
   std::map<int, std::vector<std::pair<std::uint64_t, int>>> by_owner;
   for (const auto& [key, to] : move.keys) {
@@ -289,6 +342,22 @@ bool Placer::hosts_caught_up() const {
   return true;
 }
 
+std::uint64_t Placer::in_flight_to(int node) const {
+  std::uint64_t sent = 0;
+  std::uint64_t taken = 0;
+  for (int e : run_->graph.nodes[static_cast<std::size_t>(node)].in_edges) {
+    for (const auto& p : run_->edge_out[static_cast<std::size_t>(e)]) {
+      // `sent` counts what the producer offered, its drops included.
+      const std::uint64_t offered = p->sent.load(std::memory_order_relaxed);
+      sent += offered - std::min(offered, p->dropped.load(std::memory_order_relaxed));
+    }
+    for (const auto& c : run_->edge_in[static_cast<std::size_t>(e)]) {
+      taken += c->delivered.load(std::memory_order_relaxed) + c->refused.load(std::memory_order_relaxed);
+    }
+  }
+  return sent > taken ? sent - taken : 0;
+}
+
 metrics::LatencyHistogram Placer::sink_latency() const {
   metrics::LatencyHistogram all;
   for (const auto& node : run_->graph.nodes) {
@@ -344,17 +413,64 @@ void Placer::begin(placement::Move move, std::int64_t now) {
     ++completed_;
     return;
   }
+  if (step.serving > 0 && (step.to_unit < 0 || step.to_unit == current->unit(step.node, step.replica))) {
+    add_in_place(step, now);
+    return;
+  }
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {step.node, step.replica};
   table->draining_keys.clear();
   for (const auto& [key, to] : step.keys) table->draining_keys.push_back(key);
+  table->draining_all_keys =
+      step.serving < 0 &&
+      run_->replica_stats[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)]->state_per_key.load();
   pending_ = std::make_unique<Pending>();
   pending_->from_unit = current->unit(step.node, step.replica);
   pending_->started_ns = now;
   pending_->sink_buckets_before = buckets_of(sink_latency());
   pending_->step = std::move(step);
   publish(std::move(table), {});
+}
+
+void Placer::change_serving(const Step& step, RoutingTable& table) const {
+  if (step.serving == 0) return;
+  const std::size_t nodes = run_->graph.nodes.size();
+  std::vector<int> active(nodes);
+  std::vector<int> ring(nodes);
+  for (std::size_t n = 0; n < nodes; ++n) {
+    active[n] = table.active_of(static_cast<int>(n));
+    ring[n] = table.ring_of(static_cast<int>(n));
+  }
+  const auto n = static_cast<std::size_t>(step.node);
+  if (step.serving > 0) {
+    active[n] = step.replica + 1;  // its keys come by the key map, each from a drained replica
+  } else {
+    active[n] = step.replica;
+    ring[n] = std::min(ring[n], active[n]);  // only its own keys change hands: it drained
+    if (auto old = table.key_map(step.node)) {
+      auto map = std::make_shared<KeyMap>(*old);
+      for (auto it = map->begin(); it != map->end();) it = it->second == step.replica ? map->erase(it) : std::next(it);
+      table.keys.resize(nodes);
+      table.keys[n] = std::move(map);
+    }
+  }
+  table.active = std::move(active);
+  table.ring = std::move(ring);
+}
+
+void Placer::add_in_place(const Step& step, std::int64_t now) {
+  const auto current = run_->table();
+  auto table = std::make_shared<RoutingTable>(*current);
+  table->epoch = current->epoch + 1;
+  change_serving(step, *table);
+  const int unit = current->unit(step.node, step.replica);
+  const std::uint32_t epoch = table->epoch;
+  const auto before = buckets_of(sink_latency());
+  publish(std::move(table), {});
+  record(step, unit, unit, epoch, now, now, before);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++completed_;
 }
 
 void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int64_t now) {
@@ -364,6 +480,7 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   table->epoch = current->epoch + 1;
   table->draining = {-1, -1};
   table->draining_keys.clear();
+  table->draining_all_keys = false;
   const int from = pending_->from_unit;
   const int to = step.to_unit >= 0 ? step.to_unit : from;
   table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = to;
@@ -394,14 +511,27 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     ++completed_;
     return;
   }
+  change_serving(step, *table);
   if (handover && !handover->keys.empty()) {
     // Keys with their state go to the replicas that take them before the
     // placement that routes their envelopes there is published: each one's
-    // state is in its mailbox ahead of the key's next envelope.
+    // state is in its mailbox ahead of the key's next envelope. A removed
+    // replica's keys go where the new placement puts them.
+    const auto map = table->key_map(step.node);
+    const ConsistentHashRing ring(table->ring_of(step.node));
     std::map<int, KeyStates> by_replica;
     for (const auto& [key, state] : handover->keys) {
       const auto it = std::find_if(step.keys.begin(), step.keys.end(), [&](const auto& k) { return k.first == key; });
-      if (it != step.keys.end()) by_replica[it->second].emplace_back(key, state);
+      if (it != step.keys.end()) {
+        by_replica[it->second].emplace_back(key, state);
+      } else if (step.serving < 0) {
+        int owner = ring.replica_for(key);
+        if (map) {
+          const auto placed = map->find(key);
+          if (placed != map->end()) owner = placed->second;
+        }
+        by_replica[owner].emplace_back(key, state);
+      }
     }
     for (auto& [replica, keys] : by_replica) {
       if (const caf::actor to_actor = current->actor(step.node, replica)) {
@@ -418,28 +548,32 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   const std::uint32_t epoch = table->epoch;
   publish(std::move(table), {successor});
   if (old) caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
+  record(step, from, to, epoch, pending_->started_ns, now, pending_->sink_buckets_before);
+  pending_.reset();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++completed_;
+}
 
+void Placer::record(const Step& step, int from, int to, std::uint32_t epoch, std::int64_t started_ns, std::int64_t now,
+                    const std::vector<std::uint64_t>& sink_buckets_before) {
   MoveReport m;
   const std::int64_t start = run_->start_ns.load();
-  m.at_s = static_cast<double>(pending_->started_ns - start) / 1e9;
-  m.kind = step.keys.empty() ? "move" : "keys";
+  m.at_s = static_cast<double>(started_ns - start) / 1e9;
+  m.kind = step.serving > 0 ? "add" : step.serving < 0 ? "remove" : step.keys.empty() ? "move" : "keys";
   m.stage = run_->graph.nodes[static_cast<std::size_t>(step.node)].decl->id;
   m.replica = step.replica;
   m.from = run_->spec.units[static_cast<std::size_t>(from)].id;
   m.to = run_->spec.units[static_cast<std::size_t>(to)].id;
   m.why = step.move.why.empty() ? "asked for" : step.move.why;
   m.epoch = epoch;
-  m.drain_ms = static_cast<double>(now - pending_->started_ns) / 1e6;
+  m.drain_ms = static_cast<double>(now - started_ns) / 1e6;
   m.keys = step.keys.size();
-  if (!latency_before_.empty()) m.latency_p99_before_ms = window_p99_ms(latency_before_.back(), pending_->sink_buckets_before);
-  latency_due_.push_back(LatencyDue{run_->move_count(), pending_->sink_buckets_before,
+  if (!latency_before_.empty()) m.latency_p99_before_ms = window_p99_ms(latency_before_.back(), sink_buckets_before);
+  latency_due_.push_back(LatencyDue{run_->move_count(), sink_buckets_before,
                                     now + static_cast<std::int64_t>(std::max(1, run_->spec.placement.interval_ms)) * 1'000'000});
   swarmflow::log::info("placement: %s %s/%d %s -> %s (%s), drained in %.1f ms", m.kind.c_str(), m.stage.c_str(),
                        m.replica, m.from.c_str(), m.to.c_str(), m.why.c_str(), m.drain_ms);
   run_->record_move(std::move(m));
-  pending_.reset();
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++completed_;
 }
 
 void Placer::loop() {
@@ -502,31 +636,57 @@ void Placer::loop() {
       placement::LoadView view;
       for (const auto& node : run_->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);
+        // A replica takes its inputs one message at a time: what waits for
+        // it is mostly what its producers sent that it has not taken yet
+        // (in its mailbox, or on its way), shared among the replicas here.
+        const double waiting = static_cast<double>(in_flight_to(node.index)) / std::max(1, table->active_of(node.index));
         for (const auto& s : run_->replica_stats[n]) {
-          queued[n].push_back(static_cast<double>(s->queued.load(std::memory_order_relaxed)));
+          queued[n].push_back(static_cast<double>(s->queued.load(std::memory_order_relaxed)) + waiting);
           service[n].push_back(static_cast<double>(s->service_ns.load(std::memory_order_relaxed)));
         }
       }
-      view = load_view(last, current, now - last_ns, table->unit_of, speed, threads, queued, service);
-      view.scaling = false;  // replicas are not added or removed while the run goes on (yet)
+      // The policy sees the replicas that take work; those standing by
+      // (`replicas: {min, max}`) are what it may add.
+      std::vector<std::vector<int>> serving = table->unit_of;
+      for (std::size_t n = 0; n < serving.size(); ++n) serving[n].resize(static_cast<std::size_t>(table->active_of(static_cast<int>(n))));
+      view = load_view(last, current, now - last_ns, serving, speed, threads, queued, service);
+      view.replicas.erase(std::remove_if(view.replicas.begin(), view.replicas.end(),
+                                         [&](const placement::ReplicaLoadView& r) {
+                                           return static_cast<std::size_t>(r.replica) >= serving[static_cast<std::size_t>(r.stage)].size();
+                                         }),
+                          view.replicas.end());
+      view.scaling = true;
       view.immovable = cycles;
       for (const auto& node : run_->graph.nodes) {
         if (node.decl->join.enabled) view.immovable[static_cast<std::size_t>(node.index)] = 1;
       }
       view.keys_fixed.assign(run_->graph.nodes.size(), 0);
+      view.no_scale_in.assign(run_->graph.nodes.size(), 0);
+      view.add_only_on.assign(run_->graph.nodes.size(), -1);
       for (const auto& node : run_->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);
         bool stateful = false;
         bool per_replica = false;  // state that is not kept per key
+        bool unlisted = false;     // state per key whose keys the stage cannot list
         bool overflow = false;
         for (std::size_t r = 0; r < run_->replica_stats[n].size(); ++r) {
           const ReplicaStats& s = *run_->replica_stats[n][r];
           stateful = stateful || s.stateful.load();
           per_replica = per_replica || (s.stateful.load() && !s.state_per_key.load());
+          unlisted = unlisted || (s.state_per_key.load() && !s.lists_keys.load());
           overflow = overflow || current[n][r].key_overflow;
         }
         view.keys_fixed[n] = per_replica || overflow ? 1 : 0;
-        if (node.out_edges.empty() && !stateful) view.immovable[n] = 1;
+        view.no_scale_in[n] = per_replica || unlisted ? 1 : 0;
+        if (node.out_edges.empty() && !stateful) {
+          // What a sink without state writes stays where it is: it is
+          // neither moved nor removed, and a replica is added only where it
+          // stands by.
+          view.immovable[n] = 1;
+          view.no_scale_in[n] = 1;
+          const int active = table->active_of(node.index);
+          if (active < node.decl->replicas) view.add_only_on[n] = table->unit(node.index, active);
+        }
       }
       last = std::move(current);
       last_ns = now;

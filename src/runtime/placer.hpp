@@ -92,6 +92,9 @@ class Placer {
     int replica = 0;
     int to_unit = -1;
     std::vector<std::pair<std::uint64_t, int>> keys;
+    /// +1: the replica (standing by) takes work from then on; -1: it is
+    /// removed (stands by from then on, its keys handed over).
+    int serving = 0;
   };
   struct Pending {
     Step step;
@@ -112,9 +115,20 @@ class Placer {
   /// made any more.
   void begin(placement::Move move, std::int64_t now);
   void complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int64_t now);
+  /// A replica added where it stands by: it takes work from the next
+  /// placement on, with nothing to drain.
+  void add_in_place(const Step& step, std::int64_t now);
+  /// Applies an add's or a removal's change of the replicas that take work
+  /// to `table`; returns each key's replica after it (for a removal's keys).
+  void change_serving(const Step& step, RoutingTable& table) const;
+  /// Logs and reports a move made (the run's moves).
+  void record(const Step& step, int from, int to, std::uint32_t epoch, std::int64_t started_ns, std::int64_t now,
+              const std::vector<std::uint64_t>& sink_buckets_before);
   void publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh);
   /// Every host here has taken up the placement in force.
   bool hosts_caught_up() const;
+  /// Envelopes sent to `node` that none of its replicas has taken yet.
+  std::uint64_t in_flight_to(int node) const;
   /// The sinks' latency histogram, merged.
   metrics::LatencyHistogram sink_latency() const;
 

@@ -127,6 +127,10 @@ ReplicaCore::ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects) : setup_(s
       out_.back().router.set_remote(setup_.remote_consumers[static_cast<std::size_t>(e)],
                                     setup_.max_remote_payload_bytes);
     }
+    if (static_cast<std::size_t>(e) < setup_.consumer_serving.size()) {
+      const auto [active, ring] = setup_.consumer_serving[static_cast<std::size_t>(e)];
+      if (active > 0) out_.back().router.set_serving(active, ring, dispatches_);  // nothing waits yet
+    }
   }
 }
 
@@ -263,6 +267,14 @@ void ReplicaCore::start() {
     setup_.stats->state_per_key.store(can_snapshot_ && by != nullptr && decl().keyed && !decl().fanout_all &&
                                           std::string(by) == config::to_string(decl().key),
                                       std::memory_order_relaxed);
+    if (setup_.stats->state_per_key.load(std::memory_order_relaxed)) {
+      std::vector<std::uint64_t> held;
+      try {
+        setup_.stats->lists_keys.store(stage_->held_keys(held), std::memory_order_relaxed);
+      } catch (...) {
+        setup_.stats->lists_keys.store(false, std::memory_order_relaxed);
+      }
+    }
     stateful_ = can_snapshot_ && setup_.snapshot_every > 0;
     snapshot_ns_ = setup_.clock();
   } else if (setup_.snapshot_every > 0) {
@@ -421,6 +433,13 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
   for (const auto& [edge, keys] : change.key_maps) {
     if (OutEdge* out = out_edge(edge)) out->router.set_key_map(keys);
   }
+  for (const auto& [edge, serving] : change.serving) {
+    OutEdge* out = out_edge(edge);
+    if (out == nullptr) continue;
+    dispatches_.clear();
+    out->router.set_serving(serving.first, serving.second, dispatches_);
+    send_dispatches(*out);
+  }
   for (const auto& [edge, replica] : change.draining_consumers) {
     OutEdge* out = out_edge(edge);
     if (out == nullptr || replica < 0 || replica >= out->consumers) continue;
@@ -450,6 +469,7 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
   if (change.drain) {
     draining_ = true;
     leaving_keys_ = change.leaving_keys;
+    leaving_all_keys_ = change.leaving_all_keys;
   }
   for (const auto& [edge, replica] : change.moved_consumers) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) continue;
@@ -632,6 +652,14 @@ void ReplicaCore::check_drained() {
   handover.finished = finished_;
   if (stage_ && can_snapshot_ && setup_.stats->state_per_key.load(std::memory_order_relaxed)) {
     // Keys given away take their state along; what stays is snapshotted.
+    if (leaving_all_keys_) {
+      leaving_keys_.clear();
+      try {
+        if (!stage_->held_keys(leaving_keys_)) log("held_keys() failed while handing over: its keys' state stays");
+      } catch (...) {
+        log("held_keys() threw while handing over: its keys' state stays");
+      }
+    }
     for (std::uint64_t key : leaving_keys_) {
       std::string state;
       try {

@@ -91,6 +91,9 @@ struct ReplicaSetup {
   std::vector<EdgeSideStats*> out_stats;  ///< by edge id, null where not an out-edge
   /// Which consumer replicas of each out-edge (by edge id) are on other units.
   std::vector<std::vector<bool>> remote_consumers;
+  /// By edge id: its consumer's replicas that take work and its keys' hash
+  /// ring (EdgeRouter::set_serving); {0, 0}: all of them.
+  std::vector<std::pair<int, int>> consumer_serving;
   std::size_t max_remote_payload_bytes = 0;
   /// Callbacks of `Runtime::subscribe`, by output port.
   const std::vector<std::vector<Runtime::Subscriber>>* subscribers = nullptr;
@@ -138,11 +141,16 @@ struct PlacementChange {
   std::vector<std::pair<int, int>> handed_over_consumers;
   /// Out-edges whose consumer's keys were placed anew (edge, key map).
   std::vector<std::pair<int, std::shared_ptr<const KeyMap>>> key_maps;
+  /// Out-edges whose consumer gained or lost a replica that takes work:
+  /// (edge, (active, ring)) as ReplicaSetup::consumer_serving.
+  std::vector<std::pair<int, std::pair<int, int>>> serving;
   /// This replica drains for a move.
   bool drain = false;
   /// ... and gives these keys to other replicas: their state goes with them
   /// (ReplicaSnapshot::keys), where its stage keeps state per key.
   std::vector<std::uint64_t> leaving_keys;
+  /// ... or every key it holds state for (it is removed).
+  bool leaving_all_keys = false;
   /// The placement epoch it starts (its failover): what it replays and the
   /// duplicates it leads to are counted as `failover.<epoch>.replayed` and
   /// `failover.<epoch>.duplicates` in the replica's counters.
@@ -453,6 +461,7 @@ class ReplicaCore final : public StageContext {
   bool finished_ = false;
   /// Keys this replica gives away as it drains.
   std::vector<std::uint64_t> leaving_keys_;
+  bool leaving_all_keys_ = false;  ///< it is removed: every key it holds leaves
   /// The stage read speed() in the step under way: it applies the speed itself.
   mutable bool speed_asked_ = false;
   bool left_ = false;

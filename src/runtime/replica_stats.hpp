@@ -72,6 +72,9 @@ struct ReplicaStats {
   /// Its stage keeps its state per key of its `key:` field (Stage::state_key):
   /// its keys can go to other replicas with their state.
   std::atomic<bool> state_per_key{false};
+  /// ... and can list the keys it holds state for (Stage::held_keys): a
+  /// replica of it can be removed, its keys handed over.
+  std::atomic<bool> lists_keys{false};
   /// Its inputs ended and its stage stopped: nothing left to move.
   std::atomic<bool> finished{false};
   /// The placement epoch its host has taken up (a move begins only once

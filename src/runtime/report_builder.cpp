@@ -90,7 +90,7 @@ RunReport build_report(const RunState& run) {
     StageReport s;
     s.id = node.decl->id;
     s.type = node.decl->type;
-    s.replicas = node.decl->replicas;
+    s.replicas = table->active_of(node.index);  // those taking work (`replicas: {min, max}`: the rest stand by)
     s.sink = node.out_edges.empty();
     metrics::LatencyHistogram latency;
     metrics::LatencyHistogram residence;
@@ -151,7 +151,7 @@ RunReport build_report(const RunState& run) {
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {
     UnitReport unit;
     unit.id = run.spec.units[u].id;
-    unit.replicas = table->replicas_on(static_cast<int>(u));
+    unit.replicas = table->replicas_on(static_cast<int>(u), true);
     const UnitLoad load = run.load(static_cast<int>(u));
     unit.load_reports = load.reports;
     unit.utilisation = load.utilisation;
@@ -203,6 +203,7 @@ RunReport build_report(const RunState& run) {
       rr.restarts = stats.restarts.load(std::memory_order_relaxed);
       rr.dead_letters = stats.dead_letters.load(std::memory_order_relaxed);
       rr.queued = stats.queued.load(std::memory_order_relaxed);
+      rr.standby = static_cast<int>(i) >= table->active_of(node.index);
       for (const auto& b : stats.service_buckets) rr.service_buckets.push_back(b.load(std::memory_order_relaxed));
       rr.service_sum_s = static_cast<double>(stats.service_sum_ns.load(std::memory_order_relaxed)) / 1e9;
       r.replicas.push_back(std::move(rr));

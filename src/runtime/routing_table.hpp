@@ -3,6 +3,7 @@
 // placement is a new table, published to the run and handed to every host,
 // so nothing reads a placement while it changes.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -45,6 +46,16 @@ struct RoutingTable {
   /// By node: keys of a keyed stage placed by measured load (null: the hash
   /// ring alone). Empty: none anywhere.
   std::vector<std::shared_ptr<const KeyMap>> keys;
+  /// By node, for a stage with `replicas: {min, max}` (max replicas in
+  /// unit_of): replicas [0, active) take work, the others stand by; a keyed
+  /// stage's keys hash over replicas [0, ring) where `keys` does not place
+  /// them (ring <= active: an added replica gets keys by the key map). Empty,
+  /// or 0 for a node: all of its replicas.
+  std::vector<int> active;
+  std::vector<int> ring;
+  /// The draining replica gives away every key it holds state for (it is
+  /// removed), not only `draining_keys`.
+  bool draining_all_keys = false;
 
   bool is_draining(int node, int replica) const { return draining.first == node && draining.second == replica; }
   /// Whether this placement took up replica (node, replica) after it drained.
@@ -66,6 +77,9 @@ struct RoutingTable {
     return n < keys.size() ? keys[n] : nullptr;
   }
 
+  int active_of(int node) const { return of(active, node); }
+  int ring_of(int node) const { return of(ring, node); }
+
   int unit(int node, int replica) const {
     return unit_of[static_cast<std::size_t>(node)][static_cast<std::size_t>(replica)];
   }
@@ -76,11 +90,19 @@ struct RoutingTable {
     if (n >= actors.size() || r >= actors[n].size()) return {};
     return actors[n][r];
   }
-  /// Replicas on `unit`.
-  int replicas_on(int unit) const {
+  /// Of `counts` (active or ring) for `node`; all of its replicas when unset.
+  int of(const std::vector<int>& counts, int node) const {
+    const auto n = static_cast<std::size_t>(node);
+    const int all = n < unit_of.size() ? static_cast<int>(unit_of[n].size()) : 0;
+    return n < counts.size() && counts[n] > 0 ? std::min(counts[n], all) : all;
+  }
+  /// Replicas on `unit`; with `working`, only those that take work (not
+  /// those standing by).
+  int replicas_on(int unit, bool working = false) const {
     int n = 0;
-    for (const auto& replicas : unit_of) {
-      for (int owner : replicas) n += owner == unit ? 1 : 0;
+    for (std::size_t node = 0; node < unit_of.size(); ++node) {
+      const int limit = working ? active_of(static_cast<int>(node)) : static_cast<int>(unit_of[node].size());
+      for (int r = 0; r < limit; ++r) n += unit_of[node][static_cast<std::size_t>(r)] == unit ? 1 : 0;
     }
     return n;
   }

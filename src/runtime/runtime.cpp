@@ -258,6 +258,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     if (run->spec.units.empty()) run->spec.units.push_back(config::UnitDecl{"u0", "", 0, 1.0, ""});
     auto table = std::make_shared<runtime::RoutingTable>();
     table->unit_of = placement::place_static(run->spec);
+    for (const auto& node : g.nodes) {
+      table->active.push_back(node.decl->min_replicas);  // the rest stand by (`replicas: {min, max}`)
+      table->ring.push_back(node.decl->min_replicas);
+    }
     run->publish(std::move(table));
     for (const auto& u : run->spec.units) run->unit_speed.push_back(std::make_unique<std::atomic<double>>(u.speed));
     for (std::size_t u = 0; u < run->spec.units.size(); ++u) {
@@ -551,6 +555,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     auto placed = std::make_shared<runtime::RoutingTable>();
     placed->epoch = epoch;
     placed->unit_of = std::move(unit_of);
+    placed->active = before->active;
+    placed->ring = before->ring;
     auto table = std::make_shared<runtime::RoutingTable>(*placed);
     table->actors = before->actors;
     table->actors.resize(run->graph.nodes.size());
@@ -871,6 +877,16 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
+  if (m.distributed) {
+    for (const auto& s : m.run->spec.stages) {
+      if (s.min_replicas == s.max_replicas) continue;
+      return Status::error("stage '" + s.id + "' has a range of replicas (" + std::to_string(s.min_replicas) + " to " +
+                               std::to_string(s.max_replicas) +
+                               "): replicas are added and removed among units of one process; this run has unit "
+                               "processes (docs/placement.md): give a number of replicas, or run every unit here",
+                           StatusCode::failed_precondition);
+    }
+  }
   if (m.distributed && m.run->spec.placement.policy == "adaptive") {
     return Status::error("placement.policy adaptive moves replicas between units of one process; this run has unit "
                          "processes (docs/placement.md): use `static`, or run every unit here",
@@ -1047,6 +1063,42 @@ Status Runtime::reassign_keys(const std::string& stage, const std::vector<std::p
   move.kind = placement::MoveKind::reassign_keys;
   move.stage = node;
   move.keys = keys;
+  std::string why;
+  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
+  return {};
+}
+
+Status Runtime::add_replica(const std::string& stage, const std::string& unit) {
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
+  const int node = m.run->graph.find(stage);
+  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
+  int u = -1;
+  if (!unit.empty()) {
+    u = runtime::unit_index(m.run->spec, unit);
+    if (u < 0) return Status::error("no unit '" + unit + "'", StatusCode::not_found);
+  }
+  placement::Move move;
+  move.kind = placement::MoveKind::add_replica;
+  move.stage = node;
+  move.replica = m.run->table()->active_of(node);
+  move.to_unit = u;
+  std::string why;
+  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
+  return {};
+}
+
+Status Runtime::remove_replica(const std::string& stage) {
+  Impl& m = *impl_;
+  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
+  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
+  const int node = m.run->graph.find(stage);
+  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
+  placement::Move move;
+  move.kind = placement::MoveKind::remove_replica;
+  move.stage = node;
+  move.replica = m.run->table()->active_of(node) - 1;
   std::string why;
   if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
   return {};

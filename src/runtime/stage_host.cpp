@@ -45,12 +45,15 @@ ReplicaSetup make_setup(const std::shared_ptr<RunState>& run, const RoutingTable
   s.in_stats.assign(g.edges.size(), nullptr);
   s.out_stats.assign(g.edges.size(), nullptr);
   s.remote_consumers.resize(g.edges.size());
+  s.consumer_serving.assign(g.edges.size(), {0, 0});
   for (int e : n.in_edges) s.in_stats[static_cast<std::size_t>(e)] = run->edge_in[static_cast<std::size_t>(e)][r].get();
   for (int e : n.out_edges) {
     const auto ei = static_cast<std::size_t>(e);
     s.out_stats[ei] = run->edge_out[ei][r].get();
     const auto& consumers = table.unit_of[static_cast<std::size_t>(g.edges[ei].to_node)];
     for (int owner : consumers) s.remote_consumers[ei].push_back(owner != unit);
+    const int to = g.edges[ei].to_node;
+    s.consumer_serving[ei] = {table.active_of(to), table.ring_of(to)};
   }
   s.max_remote_payload_bytes = static_cast<std::size_t>(run->spec.transport.max_message_bytes);
   s.subscribers = &run->subscribers[static_cast<std::size_t>(node)];
@@ -354,9 +357,15 @@ class StageHost final : public ReplicaEffects {
         }
       }
       if (after.key_map(to) != before.key_map(to)) change.key_maps.emplace_back(e, after.key_map(to));
+      if (after.active_of(to) != before.active_of(to) || after.ring_of(to) != before.ring_of(to)) {
+        change.serving.emplace_back(e, std::make_pair(after.active_of(to), after.ring_of(to)));
+      }
     }
     change.drain = after.is_draining(node_, replica_) && !before.is_draining(node_, replica_);
-    if (change.drain) change.leaving_keys = after.draining_keys;
+    if (change.drain) {
+      change.leaving_keys = after.draining_keys;
+      change.leaving_all_keys = after.draining_all_keys;
+    }
     for (int e : n.in_edges) {
       const int from = g.edges[static_cast<std::size_t>(e)].from_node;
       const int producers = static_cast<int>(after.unit_of[static_cast<std::size_t>(from)].size());

@@ -994,7 +994,7 @@ stages:
   EXPECT_TRUE(contains(d.message, "min 4 above max 2")) << d.to_string();
 }
 
-TEST_F(LoaderTest, AReplicaRangeIsRefusedUntilReplicasAreAddedAndRemoved) {
+TEST_F(LoaderTest, AReplicaRangeOfASourceIsRefused) {
   auto d = only_error(R"(pipeline: t
 stages:
   - id: source
@@ -1002,8 +1002,41 @@ stages:
     replicas: {min: 2, max: 8}
 )");
   EXPECT_AT(d, 5, 15);
-  EXPECT_TRUE(contains(d.message, "'replicas' of stage 'source' is a range (2 to 8)")) << d.to_string();
-  EXPECT_TRUE(contains(d.hint, "replicas: 2")) << d.to_string();
+  EXPECT_TRUE(contains(d.message, "'replicas' of stage 'source' is a range (2 to 8), but it is a source")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "replicas: 8")) << d.to_string();
+}
+
+TEST_F(LoaderTest, AReplicaRangeIsRefusedWhereAReplicaCannotJoinOrLeaveMidStream) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"  - {id: w, type: sim.work, replicas: {min: 1, max: 3}, fanout: all, inputs: {in: src/out}}\n",
+       "fanout: all"},
+      {"  - {id: w, type: sim.work, replicas: {min: 1, max: 3}, feedback: true, inputs: {in: [src/out, b/out]}}\n"
+       "  - {id: b, type: sim.work, inputs: {in: w/out}}\n",
+       "in a cycle"},
+  };
+  for (const auto& [stage, why] : cases) {
+    auto d = only_error(std::string("pipeline: t\nstages:\n  - {id: src, type: sim.source}\n") + stage);
+    EXPECT_EQ(d.line, 4) << d.to_string();
+    EXPECT_TRUE(contains(d.message, "is a range (1 to 3), but it")) << d.to_string();
+    EXPECT_TRUE(contains(d.message, why)) << d.to_string();
+  }
+}
+
+TEST_F(LoaderTest, AReplicaRangeHasMaxReplicasOfWhichMinTakeWork) {
+  const auto loaded = load(R"(pipeline: t
+stages:
+  - {id: src, type: sim.source}
+  - {id: w, type: sim.work, replicas: {min: 1, max: 3}, key: stream, inputs: {in: src/out}}
+  - {id: sink, type: sim.sink, replicas: {min: 2, max: 4}, inputs: {in: w/out}}
+)");
+  ASSERT_TRUE(loaded.has_value()) << format_diagnostics(diagnostics_);
+  const config::PipelineSpec& spec = *loaded;
+  ASSERT_EQ(spec.stages.size(), 3U);
+  EXPECT_EQ(spec.stages[1].replicas, 3);
+  EXPECT_EQ(spec.stages[1].min_replicas, 1);
+  EXPECT_EQ(spec.stages[1].max_replicas, 3);
+  EXPECT_EQ(spec.stages[2].replicas, 4);
+  EXPECT_EQ(spec.stages[2].min_replicas, 2);
 }
 
 TEST_F(LoaderTest, ReplicasMustBeANumber) {

@@ -355,6 +355,51 @@ TEST(Rebalance, ABacklogAddsReplicasUpToMaxAndIdleReplicasGoDownToMin) {
   EXPECT_EQ(m.replicas(), 1);
 }
 
+TEST(Rebalance, AStageThatCannotLoseAReplicaKeepsItAndOneThatCannotMoveGrowsWhereItsNextReplicaStandsBy) {
+  // Idle replicas of a stage that keeps state per replica are not removed.
+  Model m(units({1, 1, 1}), 2, 8, {1, 2});
+  m.spec.stages[1].min_replicas = 1;
+  m.spec.stages[1].max_replicas = 3;
+  m.step();
+  LoadView quiet = m.view();
+  for (auto& r : quiet.replicas) {
+    r.arrival_hz = 10;
+    r.queue_depth = 0;
+  }
+  quiet.no_scale_in = {0, 1};
+  Rebalancer keep(m.spec, PolicySettings{});
+  for (std::int64_t t = 0; t < 10'000 * kMs; t += 250 * kMs) EXPECT_TRUE(keep.decide(quiet, t).empty());
+  // The same view without the flag: one goes.
+  quiet.no_scale_in.clear();
+  Rebalancer scale_in(m.spec, PolicySettings{});
+  bool removed = false;
+  for (std::int64_t t = 0; t < 10'000 * kMs && !removed; t += 250 * kMs) {
+    for (const Move& mv : scale_in.decide(quiet, t)) removed = removed || mv.kind == MoveKind::remove_replica;
+  }
+  EXPECT_TRUE(removed);
+
+  // A backlog on a stage whose replicas cannot move: the replica added is
+  // the one standing by, where it stands (u2), though u1 has more room.
+  Model b(units({1, 0.5, 1, 1}), 1, 8, {1});
+  b.spec.stages[1].min_replicas = 1;
+  b.spec.stages[1].max_replicas = 2;
+  b.step();
+  LoadView backlog = b.view();
+  backlog.units[3].utilisation = 0.5;
+  backlog.immovable = {1, 1};
+  backlog.add_only_on = {-1, 2};  // without it, u0 (as roomy, first) would take it
+  Rebalancer grow(b.spec, PolicySettings{});
+  std::vector<Move> added;
+  for (std::int64_t t = 0; t < 10'000 * kMs && added.empty(); t += 250 * kMs) {
+    for (const Move& mv : grow.decide(backlog, t)) {
+      if (mv.kind == MoveKind::add_replica) added.push_back(mv);
+    }
+  }
+  ASSERT_EQ(added.size(), 1U);
+  EXPECT_EQ(added[0].to_unit, 2);
+  EXPECT_EQ(added[0].replica, 1);
+}
+
 TEST(Rebalance, AssignKeysByLoadFillsTheRoomiestReplicaFirst) {
   const auto owner = assign_keys_by_load({{1, 4}, {2, 3}, {3, 2}, {4, 2}, {5, 1}}, {1.0, 1.0});
   std::vector<double> load(2, 0);

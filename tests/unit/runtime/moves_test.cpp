@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include <swarmflow/runtime.hpp>
@@ -253,6 +254,89 @@ TEST_P(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
   const Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not per key"), std::string::npos) << s.message();
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+}
+
+TEST_P(Moves, ReplicasAddedAndRemovedMidStreamLoseNothingAndKeysKeepTheirOrderAndState) {
+  // sim.sink keeps each stream's next sequence number, per stream: a replica
+  // that took a stream without its state, or before the stream's earlier
+  // envelopes were processed, would count them lost or reordered.
+  Runtime rt;
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: {min: 1, max: 3}, key: stream,"
+                                " inputs: {in: src/out}, params: {service_us: 20}, placement: {units: [u1, u2]}}\n"));
+  await_received(rt, 300);
+  // Replica 1 joins on u2 and takes half the streams; replica 2 joins where
+  // it stands by and takes two of them.
+  ASSERT_TRUE(rt.add_replica("sink", "u2").ok());
+  ASSERT_TRUE(await_moves(rt, 1));
+  std::vector<std::pair<std::uint64_t, int>> halves;
+  for (std::uint64_t s = 0; s < 8; ++s) halves.emplace_back(s, static_cast<int>(s % 2));
+  ASSERT_TRUE(rt.reassign_keys("sink", halves).ok());
+  ASSERT_TRUE(await_moves(rt, 2));
+  await_received(rt, 900);
+  ASSERT_TRUE(rt.add_replica("sink").ok());
+  ASSERT_TRUE(await_moves(rt, 3));
+  // Stream 2 comes from replica 0, stream 3 from replica 1: one drain each.
+  ASSERT_TRUE(rt.reassign_keys("sink", {{2, 2}, {3, 2}}).ok());
+  ASSERT_TRUE(await_moves(rt, 5));
+  await_received(rt, 1500);
+  // At most max: refused.
+  Status s = rt.add_replica("sink");
+  EXPECT_NE(s.message().find("most replicas"), std::string::npos) << s.message();
+  // Down to min: each removed replica's streams go on elsewhere with their state.
+  ASSERT_TRUE(rt.remove_replica("sink").ok());
+  ASSERT_TRUE(await_moves(rt, 6));
+  await_received(rt, 2100);
+  ASSERT_TRUE(rt.remove_replica("sink").ok());
+  ASSERT_TRUE(await_moves(rt, 7));
+  s = rt.remove_replica("sink");
+  EXPECT_NE(s.message().find("fewest replicas"), std::string::npos) << s.message();
+  const RunReport mid = rt.report();
+  const StageReport* sink = mid.stage("sink");
+  ASSERT_NE(sink, nullptr);
+  const std::uint64_t processed = sink->processed;
+  await_received(rt, processed + 300);
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+  const RunReport r = rt.report();
+  expect_everything_once_in_order(r);
+  std::vector<std::string> kinds;
+  for (const auto& m : r.moves) kinds.push_back(m.kind);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"add", "keys", "add", "keys", "keys", "remove", "remove"}));
+  ASSERT_EQ(r.moves.size(), 7U);
+  EXPECT_EQ(r.moves[0].replica, 1);
+  EXPECT_EQ(r.moves[0].to, "u2");
+  EXPECT_EQ(r.moves[5].replica, 2);
+  EXPECT_EQ(r.moves[6].replica, 1);
+  // Every replica worked while it took work; after the removals only
+  // replica 0 did (the others processed nothing more).
+  std::map<int, std::uint64_t> by_replica;
+  for (const auto& rep : r.replicas) {
+    if (rep.stage == "sink") by_replica[rep.replica] = rep.processed;
+  }
+  ASSERT_EQ(by_replica.size(), 3U);
+  for (const auto& [replica, n] : by_replica) EXPECT_GT(n, 0U) << replica;
+}
+
+TEST_P(Moves, AStageWithoutStateListingItsKeysKeepsItsReplicas) {
+  // sim.sink keyed by part_id keeps its state per stream, not per key: a
+  // replica of it cannot hand its state over, so it is not removed.
+  Runtime rt;
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: {min: 1, max: 2}, key: part_id,"
+                                " inputs: {in: src/out}, placement: {units: [u1, u2]}}\n"));
+  await_received(rt, 100);
+  ASSERT_TRUE(rt.add_replica("sink").ok());
+  ASSERT_TRUE(await_moves(rt, 1));
+  const Status s = rt.remove_replica("sink");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("per replica"), std::string::npos) << s.message();
   rt.request_stop();
   ASSERT_TRUE(rt.wait().ok());
 }
