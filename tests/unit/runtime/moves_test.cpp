@@ -269,8 +269,8 @@ TEST_P(Moves, ReplicasAddedAndRemovedMidStreamLoseNothingAndKeysKeepTheirOrderAn
                                 "  - {id: sink, type: sim.sink, replicas: {min: 1, max: 3}, key: stream,"
                                 " inputs: {in: src/out}, params: {service_us: 20}, placement: {units: [u1, u2]}}\n"));
   await_received(rt, 300);
-  // Replica 1 joins on u2 and takes half the streams; replica 2 joins where
-  // it stands by and takes two of them.
+  // Replica 1 joins where it stands by (u2) and takes half the streams;
+  // replica 2 stands by on u1, moves to u2 as it joins, and takes two.
   ASSERT_TRUE(rt.add_replica("sink", "u2").ok());
   ASSERT_TRUE(await_moves(rt, 1));
   std::vector<std::pair<std::uint64_t, int>> halves;
@@ -278,7 +278,7 @@ TEST_P(Moves, ReplicasAddedAndRemovedMidStreamLoseNothingAndKeysKeepTheirOrderAn
   ASSERT_TRUE(rt.reassign_keys("sink", halves).ok());
   ASSERT_TRUE(await_moves(rt, 2));
   await_received(rt, 900);
-  ASSERT_TRUE(rt.add_replica("sink").ok());
+  ASSERT_TRUE(rt.add_replica("sink", "u2").ok());
   ASSERT_TRUE(await_moves(rt, 3));
   // Stream 2 comes from replica 0, stream 3 from replica 1: one drain each.
   ASSERT_TRUE(rt.reassign_keys("sink", {{2, 2}, {3, 2}}).ok());
@@ -309,7 +309,11 @@ TEST_P(Moves, ReplicasAddedAndRemovedMidStreamLoseNothingAndKeysKeepTheirOrderAn
   EXPECT_EQ(kinds, (std::vector<std::string>{"add", "keys", "add", "keys", "keys", "remove", "remove"}));
   ASSERT_EQ(r.moves.size(), 7U);
   EXPECT_EQ(r.moves[0].replica, 1);
+  EXPECT_EQ(r.moves[0].from, "u2");
   EXPECT_EQ(r.moves[0].to, "u2");
+  EXPECT_EQ(r.moves[2].replica, 2);
+  EXPECT_EQ(r.moves[2].from, "u1");
+  EXPECT_EQ(r.moves[2].to, "u2");
   EXPECT_EQ(r.moves[5].replica, 2);
   EXPECT_EQ(r.moves[6].replica, 1);
   // Every replica worked while it took work; after the removals only
