@@ -287,6 +287,9 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
     views.state = [&rt] { return api_state(rt); };
     views.set_speed = [&rt](const std::string& unit, double speed) { return rt.set_unit_speed(unit, speed).message(); };
+    views.scale = [&rt](const std::string& stage, bool add, const std::string& unit) {
+      return (add ? rt.add_replica(stage, unit) : rt.remove_replica(stage)).message();
+    };
     metrics = swarmflow::cli::MetricsServer::start("--metrics", args.metrics, std::move(views), &error);
     if (!metrics) {
       std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
@@ -331,6 +334,9 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     views.metrics = [&rt] { return swarmflow::metrics::to_prometheus(rt.report()); };
     views.state = [&rt] { return api_state(rt); };
     views.set_speed = [&rt](const std::string& unit, double speed) { return rt.set_unit_speed(unit, speed).message(); };
+    views.scale = [&rt](const std::string& stage, bool add, const std::string& unit) {
+      return (add ? rt.add_replica(stage, unit) : rt.remove_replica(stage)).message();
+    };
     views.web = true;
     web = swarmflow::cli::MetricsServer::start("--web", args.web, std::move(views), &error);
     if (!web) {

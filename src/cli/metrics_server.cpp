@@ -105,6 +105,27 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& flag, con
                       "application/json");
     });
   }
+  if (views.scale) {
+    impl->server.Post(R"(/api/v1/stages/([^/]+)/replicas)", [scale = views.scale](const httplib::Request& req,
+                                                                                httplib::Response& res) {
+      const std::string stage = req.matches[1];
+      const bool add = req.has_param("add");
+      std::string error;
+      if (add == req.has_param("remove")) {
+        error = "say ?add (or ?add=UNIT) or ?remove";
+      } else {
+        error = scale(stage, add, add ? req.get_param_value("add") : std::string());
+      }
+      if (!error.empty()) {
+        res.status = 400;
+        res.set_content("{\"error\": " + nlohmann::json(error).dump() + "}\n", "application/json");
+        return;
+      }
+      res.set_content("{\"stage\": " + nlohmann::json(stage).dump() + ", \"queued\": " +
+                          nlohmann::json(add ? "add" : "remove").dump() + "}\n",
+                      "application/json");
+    });
+  }
   if (views.web) {
     impl->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(web_view_page(), "text/html; charset=utf-8");

@@ -19,6 +19,10 @@ struct HttpViews {
   /// POST /api/v1/units/<unit>/speed?value=S: sets a unit's speed (an
   /// error's message, empty on success); null: not served.
   std::function<std::string(const std::string& unit, double speed)> set_speed;
+  /// POST /api/v1/stages/<stage>/replicas?add[=UNIT] or ?remove: a replica
+  /// of a stage with `replicas: {min, max}` added or removed; returns an
+  /// error message, empty when the change was queued.
+  std::function<std::string(const std::string& stage, bool add, const std::string& unit)> scale;
   bool web = false;                      ///< / serves the web view (web_view.cpp)
   int events_ms = 1000;                  ///< /api/v1/events sends the state this often
 };

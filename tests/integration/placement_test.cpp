@@ -188,11 +188,23 @@ TEST(Placement, AStageWithAReplicaRangeScalesOutUnderBacklogAndBackInWhenItsUnit
   const pid_t run = spawn_cli({"run", file, "--quiet", "--web", "127.0.0.1:" + std::to_string(port), "--report",
                                dir.file("report.json")},
                               dir.file("out"), dir.file("err"));
+  httplib::Client client("127.0.0.1", port);
+  ASSERT_FALSE(http_get_until(port, "/api/v1/state", std::chrono::seconds(30), [](const std::string& b) {
+                 return nlohmann::json::parse(b, nullptr, false).is_object();
+               }).empty());
+  // Asked over HTTP: below min is refused with the reason; a request that
+  // says neither add nor remove is malformed.
+  auto fewer = client.Post("/api/v1/stages/work/replicas?remove");
+  ASSERT_TRUE(fewer);
+  EXPECT_EQ(fewer->status, 400);
+  EXPECT_NE(fewer->body.find("fewest replicas"), std::string::npos) << fewer->body;
+  auto neither = client.Post("/api/v1/stages/work/replicas");
+  ASSERT_TRUE(neither);
+  EXPECT_EQ(neither->status, 400);
   const std::string out = http_get_until(port, "/api/v1/state", std::chrono::seconds(60), [](const std::string& b) {
     return moves_of(nlohmann::json::parse(b, nullptr, false), "add") >= 2;
   });
   EXPECT_FALSE(out.empty()) << "work did not scale out to 3: " << slurp(dir.file("err"));
-  httplib::Client client("127.0.0.1", port);
   for (const char* u : {"w0", "w1", "w2"}) {
     auto fast = client.Post((std::string("/api/v1/units/") + u + "/speed?value=8").c_str());
     ASSERT_TRUE(fast);
