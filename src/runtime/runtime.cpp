@@ -1035,73 +1035,65 @@ Status Runtime::set_unit_speed(const std::string& unit, double speed) {
   return {};
 }
 
+namespace {
+
+/// Queues `move` of stage `stage` with a started run's placer (null: its
+/// units are not all in this process), its stage index filled in; or says
+/// why it cannot be.
+Status ask_placer(runtime::Placer* placer, const runtime::RunState& run, const std::string& stage,
+                  placement::Move move) {
+  if (placer == nullptr) {
+    return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
+  }
+  move.stage = run.graph.find(stage);
+  if (move.stage < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
+  std::string why;
+  if (!placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
+  return {};
+}
+
+/// The index of unit `unit` in `move.to_unit` (empty: -1, none asked for).
+Status to_unit(const runtime::RunState& run, const std::string& unit, placement::Move& move) {
+  move.to_unit = -1;
+  if (unit.empty()) return {};
+  move.to_unit = runtime::unit_index(run.spec, unit);
+  if (move.to_unit < 0) return Status::error("no unit '" + unit + "'", StatusCode::not_found);
+  return {};
+}
+
+}  // namespace
+
 Status Runtime::move_replica(const std::string& stage, int replica, const std::string& unit) {
-  Impl& m = *impl_;
-  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
-  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
-  const int node = m.run->graph.find(stage);
-  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
-  const int u = runtime::unit_index(m.run->spec, unit);
-  if (u < 0) return Status::error("no unit '" + unit + "'", StatusCode::not_found);
   placement::Move move;
   move.kind = placement::MoveKind::move_replica;
-  move.stage = node;
   move.replica = replica;
-  move.to_unit = u;
-  std::string why;
-  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
-  return {};
+  if (!impl_->started) return Status::error("not started", StatusCode::failed_precondition);
+  if (unit.empty()) return Status::error("no unit given", StatusCode::invalid_argument);
+  if (Status s = to_unit(*impl_->run, unit, move); !s.ok()) return s;
+  return ask_placer(impl_->placer.get(), *impl_->run, stage, std::move(move));
 }
 
 Status Runtime::reassign_keys(const std::string& stage, const std::vector<std::pair<std::uint64_t, int>>& keys) {
-  Impl& m = *impl_;
-  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
-  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
-  const int node = m.run->graph.find(stage);
-  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
   placement::Move move;
   move.kind = placement::MoveKind::reassign_keys;
-  move.stage = node;
   move.keys = keys;
-  std::string why;
-  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
-  return {};
+  if (!impl_->started) return Status::error("not started", StatusCode::failed_precondition);
+  return ask_placer(impl_->placer.get(), *impl_->run, stage, std::move(move));
 }
 
 Status Runtime::add_replica(const std::string& stage, const std::string& unit) {
-  Impl& m = *impl_;
-  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
-  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
-  const int node = m.run->graph.find(stage);
-  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
-  int u = -1;
-  if (!unit.empty()) {
-    u = runtime::unit_index(m.run->spec, unit);
-    if (u < 0) return Status::error("no unit '" + unit + "'", StatusCode::not_found);
-  }
   placement::Move move;
-  move.kind = placement::MoveKind::add_replica;
-  move.stage = node;
-  move.replica = m.run->table()->active_of(node);
-  move.to_unit = u;
-  std::string why;
-  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
-  return {};
+  move.kind = placement::MoveKind::add_replica;  // the placer picks the replica: its first standing by
+  if (!impl_->started) return Status::error("not started", StatusCode::failed_precondition);
+  if (Status s = to_unit(*impl_->run, unit, move); !s.ok()) return s;
+  return ask_placer(impl_->placer.get(), *impl_->run, stage, std::move(move));
 }
 
 Status Runtime::remove_replica(const std::string& stage) {
-  Impl& m = *impl_;
-  if (!m.started) return Status::error("not started", StatusCode::failed_precondition);
-  if (!m.placer) return Status::error("moves are made in a run whose units are all in one process", StatusCode::failed_precondition);
-  const int node = m.run->graph.find(stage);
-  if (node < 0) return Status::error("no stage '" + stage + "'", StatusCode::not_found);
   placement::Move move;
-  move.kind = placement::MoveKind::remove_replica;
-  move.stage = node;
-  move.replica = m.run->table()->active_of(node) - 1;
-  std::string why;
-  if (!m.placer->request(std::move(move), &why)) return Status::error(why, StatusCode::failed_precondition);
-  return {};
+  move.kind = placement::MoveKind::remove_replica;  // the placer picks the replica: its last taking work
+  if (!impl_->started) return Status::error("not started", StatusCode::failed_precondition);
+  return ask_placer(impl_->placer.get(), *impl_->run, stage, std::move(move));
 }
 
 std::uint64_t Runtime::moves_completed() const {
