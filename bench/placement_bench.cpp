@@ -19,6 +19,11 @@
 //    (sampling into the view and the policy), p50/p99, and the placement
 //    thread's CPU per unit in a running 32-unit pipeline.
 //
+// f. Scaling: keyed sim.work at 2 ms, `replicas: {min: 1, max: 4}` on 4
+//    one-thread units, fed 1500/s (3 replicas' worth): how soon the adaptive
+//    policy has added the replicas that carry it, against a fixed single
+//    replica; the live source's drops while the backlog lasts are counted.
+//
 // Exits 1 if a run fails or anything is lost, duplicated or reordered.
 
 #include <algorithm>
@@ -52,6 +57,8 @@ struct Options {
   double stable_s = 60;    ///< length of the stability run after convergence
   int decisions = 20000;   ///< decisions timed at scale
   double scale_s = 4;      ///< length of each 32-unit run
+  double grow_s = 8;       ///< length of each scaling run
+  bool growth_only = false;  ///< run f alone
   bool verbose = false;    ///< print each run's moves and rates
 };
 
@@ -429,6 +436,72 @@ Scale scale(const Options& o) {
 
 }  // namespace
 
+struct Growth {
+  bool ok = false;
+  double last = 0;         ///< mean sink rate over the last 3 s
+  double reach_s = -1;     ///< until 90 % of the offered rate, held to the end
+  int working = 0;         ///< replicas taking work at the end
+  std::size_t adds = 0;
+  std::size_t key_moves = 0;
+  std::uint64_t dropped = 0;  ///< at the live source's edge
+};
+
+constexpr double kGrowRate = 1500;
+
+Growth growth(const Options& o, bool adaptive) {
+  Growth g;
+  const std::string y =
+      std::string("pipeline: placement-bench-growth\nplacement: {policy: ") + (adaptive ? "adaptive" : "static") +
+      "}\nunits:\n  - {id: io, threads: 2}\n  - {id: w0, threads: 1}\n  - {id: w1, threads: 1}\n"
+      "  - {id: w2, threads: 1}\n  - {id: w3, threads: 1}\n"
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 0, streams: 8, rate_hz: " + std::to_string(kGrowRate) +
+      "}, placement: {units: [io]}}\n"
+      "  - {id: work, type: sim.work, replicas: " + (adaptive ? "{min: 1, max: 4}" : "1") +
+      ", key: stream, inputs: {in: src/out}, params: {service_us: 2000}, placement: {units: [w0, w1, w2, w3]}}\n"
+      "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out}, placement: {units: [io]}}\n";
+  swarmflow::Runtime rt;
+  std::vector<swarmflow::Diagnostic> diags;
+  if (!rt.load_string(y, "placement-bench-growth.yaml", &diags).ok()) {
+    std::fprintf(stderr, "%s", swarmflow::format_diagnostics(diags).c_str());
+    return g;
+  }
+  if (!rt.start().ok()) return g;
+  const auto rates = windows(rt, o.grow_s, o.grow_s + 1, {});
+  const swarmflow::RunReport live = rt.report();
+  for (const auto& st : live.stages) {
+    if (st.id == "work") g.working = st.replicas;
+  }
+  rt.request_stop();
+  g.ok = rt.wait().ok() && intact(rt.report(), adaptive ? "growth, adaptive" : "growth, static");
+  const swarmflow::RunReport r = rt.report();
+  for (const auto& m : r.moves) {
+    g.adds += m.kind == "add" ? 1 : 0;
+    g.key_moves += m.kind == "keys" ? 1 : 0;
+  }
+  for (const auto& e : r.edges) g.dropped += e.dropped;
+  g.last = mean(rates, rates.size() > 12 ? rates.size() - 12 : 0, rates.size());
+  for (std::size_t i = 0; i < rates.size(); ++i) {
+    bool held = true;
+    for (std::size_t j = i; j < rates.size(); ++j) held = held && rates[j] >= 0.9 * kGrowRate;
+    if (held) {
+      g.reach_s = static_cast<double>(i + 1) * 0.25;
+      break;
+    }
+  }
+  if (o.verbose) {
+    std::printf("    %s; rates:", adaptive ? "adaptive" : "static");
+    for (double x : rates) std::printf(" %.0f", x);
+    std::printf("\n");
+    for (const auto& m : r.moves) {
+      std::printf("    %6.2f s %s %s/%d %s -> %s keys %llu drain %.1f ms: %s\n", m.at_s, m.kind.c_str(), m.stage.c_str(),
+                  m.replica, m.from.c_str(), m.to.c_str(), static_cast<unsigned long long>(m.keys), m.drain_ms,
+                  m.why.c_str());
+    }
+  }
+  return g;
+}
+
 int main(int argc, char** argv) {
   Options o;
   const std::vector<swarmflow::bench::Flag> flags = {
@@ -438,59 +511,79 @@ int main(int argc, char** argv) {
       swarmflow::bench::number_flag("--stable-s", "S", o.stable_s, "steady run after convergence (default 60)"),
       swarmflow::bench::integer_flag("--decisions", "N", o.decisions, "decisions timed at scale (default 20000)"),
       swarmflow::bench::number_flag("--scale-s", "S", o.scale_s, "length of each 32-unit run (default 4)"),
+      swarmflow::bench::number_flag("--grow-s", "S", o.grow_s, "length of each scaling run (default 8)"),
       swarmflow::bench::switch_flag("--verbose", o.verbose, "print each run's moves and rates per 250 ms"),
+      swarmflow::bench::switch_flag("--growth-only", o.growth_only, "run f (scaling) alone"),
   };
   if (!swarmflow::bench::parse_flags(argc, argv, flags)) return 2;
   swarmflow::log::Options log_options;
   log_options.level = swarmflow::log::Level::warn;
   (void)swarmflow::log::configure(log_options);
   bool ok = true;
-
-  std::printf("a/b. keyed sim.work, 8 streams, 4 replicas at 2 ms, 5 one-thread units; replica 0's unit slows to 0.25 at %.1f s; ideal 2000/s\n",
-              o.slow_at_s);
-  std::printf("  %-9s %12s %12s %12s %12s %6s\n", "", "before", "after", "overall", "recovery", "moves");
-  for (const char* policy : {"static", "adaptive"}) {
-    const Efficiency e = efficiency(o, policy, {1, 1, 1, 1, 1}, true);
-    ok = ok && e.ok;
-    char recovery[32];
-    if (e.recover_s >= 0) {
-      std::snprintf(recovery, sizeof recovery, "%.2f s", e.recover_s);
-    } else {
-      std::snprintf(recovery, sizeof recovery, "never");
+  if (!o.growth_only) {
+    std::printf("a/b. keyed sim.work, 8 streams, 4 replicas at 2 ms, 5 one-thread units; replica 0's unit slows to 0.25 at %.1f s; ideal 2000/s\n",
+                o.slow_at_s);
+    std::printf("  %-9s %12s %12s %12s %12s %6s\n", "", "before", "after", "overall", "recovery", "moves");
+    for (const char* policy : {"static", "adaptive"}) {
+      const Efficiency e = efficiency(o, policy, {1, 1, 1, 1, 1}, true);
+      ok = ok && e.ok;
+      char recovery[32];
+      if (e.recover_s >= 0) {
+        std::snprintf(recovery, sizeof recovery, "%.2f s", e.recover_s);
+      } else {
+        std::snprintf(recovery, sizeof recovery, "never");
+      }
+      std::printf("  %-9s %6.0f %5.3f %6.0f %5.3f %6.0f %5.3f %12s %6zu\n", policy, e.before, e.before / 2000, e.after,
+                  e.after / 2000, e.overall, e.overall / 2000, recovery, e.moves);
     }
-    std::printf("  %-9s %6.0f %5.3f %6.0f %5.3f %6.0f %5.3f %12s %6zu\n", policy, e.before, e.before / 2000, e.after,
-                e.after / 2000, e.overall, e.overall / 2000, recovery, e.moves);
+    const std::vector<double> speeds = {1, 1, 0.5, 0.25};
+    std::vector<double> capacity;
+    for (double s : speeds) capacity.push_back(500 * s);
+    const double best = best_assignment(capacity);
+    std::printf("a. 4 units with speeds {1, 1, 0.5, 0.25}: best assignment of the 8 keys %.0f/s\n", best);
+    for (const char* policy : {"static", "adaptive"}) {
+      Options shorter = o;
+      const Efficiency e = efficiency(shorter, policy, speeds, false);
+      ok = ok && e.ok;
+      std::printf("  %-9s last 3 s %6.0f/s = %5.3f of the best, %zu moves\n", policy, e.after, e.after / best, e.moves);
+    }
+
+    const Migration m = migration(o);
+    ok = ok && m.ok;
+    std::printf("c. %d moves of a keyed replica under a paced stream at half capacity (latency, capture to work output)\n",
+                m.moves);
+    std::printf("  without a move: p50 %.3f ms p99 %.3f ms\n", m.p50_quiet, m.p99_quiet);
+    std::printf("  with a move:    p50 %.3f ms p99 %.3f ms   added p99 %.3f ms\n", m.p50_moving, m.p99_moving,
+                m.p99_moving - m.p99_quiet);
+    std::printf("  drain: p50 %.2f ms p99 %.2f ms; lost, duplicated and reordered: %s\n", m.drain_p50_ms, m.drain_p99_ms,
+                m.ok ? "0" : "SOME (see above)");
+
+    const Stability st = stability(o);
+    ok = ok && st.ok;
+    std::printf("d. steady load: %zu moves while converging (3 s), %zu in the %.0f s after\n", st.converging, st.after,
+                o.stable_s);
+
+    const Scale sc = scale(o);
+    ok = ok && sc.ok;
+    std::printf("e. 32 units, 64 replicas: a decision (view + policy) p50 %.1f us p99 %.1f us; placement CPU %.3f %% per unit\n",
+                sc.decide_p50_us, sc.decide_p99_us, sc.cpu_per_unit * 100);
+
   }
-  const std::vector<double> speeds = {1, 1, 0.5, 0.25};
-  std::vector<double> capacity;
-  for (double s : speeds) capacity.push_back(500 * s);
-  const double best = best_assignment(capacity);
-  std::printf("a. 4 units with speeds {1, 1, 0.5, 0.25}: best assignment of the 8 keys %.0f/s\n", best);
-  for (const char* policy : {"static", "adaptive"}) {
-    Options shorter = o;
-    const Efficiency e = efficiency(shorter, policy, speeds, false);
-    ok = ok && e.ok;
-    std::printf("  %-9s last 3 s %6.0f/s = %5.3f of the best, %zu moves\n", policy, e.after, e.after / best, e.moves);
+  std::printf("f. keyed sim.work at 2 ms fed %.0f/s (3 replicas' worth) on 4 one-thread units\n", kGrowRate);
+  std::printf("  %-22s %16s %10s %9s %6s %6s %10s\n", "", "last 3 s", "90 % from", "replicas", "adds", "keys",
+              "dropped");
+  for (bool adaptive : {false, true}) {
+    const Growth g = growth(o, adaptive);
+    ok = ok && g.ok;
+    char reach[32];
+    if (g.reach_s >= 0) {
+      std::snprintf(reach, sizeof reach, "%.2f s", g.reach_s);
+    } else {
+      std::snprintf(reach, sizeof reach, "never");
+    }
+    std::printf("  %-22s %8.0f/s %5.3f %10s %9d %6zu %6zu %10llu\n",
+                adaptive ? "adaptive, {min 1, max 4}" : "static, 1 replica", g.last, g.last / kGrowRate, reach,
+                g.working, g.adds, g.key_moves, static_cast<unsigned long long>(g.dropped));
   }
-
-  const Migration m = migration(o);
-  ok = ok && m.ok;
-  std::printf("c. %d moves of a keyed replica under a paced stream at half capacity (latency, capture to work output)\n",
-              m.moves);
-  std::printf("  without a move: p50 %.3f ms p99 %.3f ms\n", m.p50_quiet, m.p99_quiet);
-  std::printf("  with a move:    p50 %.3f ms p99 %.3f ms   added p99 %.3f ms\n", m.p50_moving, m.p99_moving,
-              m.p99_moving - m.p99_quiet);
-  std::printf("  drain: p50 %.2f ms p99 %.2f ms; lost, duplicated and reordered: %s\n", m.drain_p50_ms, m.drain_p99_ms,
-              m.ok ? "0" : "SOME (see above)");
-
-  const Stability st = stability(o);
-  ok = ok && st.ok;
-  std::printf("d. steady load: %zu moves while converging (3 s), %zu in the %.0f s after\n", st.converging, st.after,
-              o.stable_s);
-
-  const Scale sc = scale(o);
-  ok = ok && sc.ok;
-  std::printf("e. 32 units, 64 replicas: a decision (view + policy) p50 %.1f us p99 %.1f us; placement CPU %.3f %% per unit\n",
-              sc.decide_p50_us, sc.decide_p99_us, sc.cpu_per_unit * 100);
   return ok ? 0 : 1;
 }
