@@ -53,6 +53,9 @@ class SharedLatency {
   void flush();
   void merge(const metrics::LatencyHistogram& other);
   metrics::LatencyHistogram snapshot() const;
+  /// Adds what has been handed over to `out`, holding the writer's lock only
+  /// for the buckets in use (no copy of the whole histogram).
+  void merge_into(metrics::LatencyHistogram& out) const;
 
  private:
   static constexpr std::size_t kPending = 32;

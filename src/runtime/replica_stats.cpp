@@ -28,6 +28,11 @@ void ReplicaStats::merge_latency(const metrics::LatencyHistogram& other) {
   latency_.merge(other);
 }
 
+void ReplicaStats::merge_latency_into(metrics::LatencyHistogram& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.merge(latency_);
+}
+
 metrics::LatencyHistogram ReplicaStats::latency() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return latency_;

@@ -88,6 +88,8 @@ struct ReplicaStats {
   void record_latency(std::int64_t ns);
   void merge_latency(const metrics::LatencyHistogram& other);
   metrics::LatencyHistogram latency() const;
+  /// Adds the latency histogram to `out` (no copy of the whole histogram).
+  void merge_latency_into(metrics::LatencyHistogram& out) const;
 
  private:
   mutable std::mutex mutex_;
