@@ -586,11 +586,11 @@ int main(int argc, char** argv) {
     // The same cost from its parts, which the machine's noise moves less:
     // measuring a step, against the time the chain spends per step, and one
     // look, against the time between looks.
-    const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000);
     const double chain_step_ns = off > 0 ? 1e9 * o.threads / (off * kHops) : 0;
+    const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000, std::llround(chain_step_ns));
     const double look_us = g_look_runs > 0 ? g_look_us_sum / g_look_runs : 0;
     const double look_cpu_us = g_look_runs > 0 ? g_look_cpu_us_sum / g_look_runs : 0;
-    std::printf("  from its parts: measuring a step %.2f ns (one in %llu recorded) = %.2f%% of the %.0f ns of worker\n"
+    std::printf("  from its parts: measuring a step %.2f ns (one in %llu at most recorded) = %.2f%% of the %.0f ns of worker\n"
                 "  time the chain spends per step; one look %.0f us (%.0f us of CPU) every %d ms = %.2f%% of one core\n",
                 step_ns, static_cast<unsigned long long>(swarmflow::runtime::kHopSampleEvery),
                 chain_step_ns > 0 ? 100 * step_ns / chain_step_ns : 0, chain_step_ns, look_us, look_cpu_us, o.look_ms,

@@ -189,11 +189,13 @@ class LookTally {
 };
 
 /// What measuring one step costs the replica's thread, in ns on average over
-/// `steps` steps (one in kHopSampleEvery recorded, as a replica does).
-inline double hop_figures_ns_per_step(std::int64_t steps) {
+/// `steps` steps of `step_ns` each (its residence and the envelopes with a
+/// send time picked by HopSampler, as a replica and its producer pick them).
+inline double hop_figures_ns_per_step(std::int64_t steps, std::int64_t step_ns = 800) {
   swarmflow::runtime::SharedLatency residence;
   swarmflow::runtime::SharedLatency edge;
   swarmflow::runtime::SharedLatency held;
+  swarmflow::runtime::HopSampler producer;
   swarmflow::EnvelopeHeader h;
   h.capture_ns = 1'000;
   h.add_hop(2'000);
@@ -201,10 +203,14 @@ inline double hop_figures_ns_per_step(std::int64_t steps) {
   const swarmflow::runtime::TraceStep who{};
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < steps; ++i) {
+    const std::int64_t end = 3'000 + i * step_ns;
     h.seq = static_cast<std::uint64_t>(i);
-    // One in kHopSampleEvery carries a send time, as producers stamp them.
-    h.sent_ns = (i % static_cast<std::int64_t>(swarmflow::runtime::kHopSampleEvery)) == 0 ? 2'500 : 0;
-    swarmflow::runtime::record_hops(&residence, &edge, &held, nullptr, who, h, 3'000 + (i & 1023) * 997);
+    h.sent_ns = 0;
+    if (producer.due()) {
+      producer.taken(end);
+      h.sent_ns = 2'500;
+    }
+    swarmflow::runtime::record_hops(&residence, &edge, &held, nullptr, who, h, end);
   }
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   residence.flush();

@@ -1247,13 +1247,16 @@ void ReplicaCore::emit_outputs(std::int64_t now) {
 
 void ReplicaCore::send_dispatches(OutEdge& out, std::int64_t now) {
   for (auto& d : dispatches_) {
-    // The send time of one envelope in kHopSampleEvery, taken as it leaves
-    // (after any wait for credit): its consumer measures the edge's latency
-    // and this replica's hold on it from it (hop_figures.hpp). The others
-    // carry none, not even one inherited from an input.
-    const bool stamp = setup_.hop_figures && (dispatched_++ % kHopSampleEvery) == 0;
+    // The send time of one envelope in kHopSampleEvery at most (HopSampler),
+    // taken as it leaves (after any wait for credit): its consumer measures
+    // the edge's latency and this replica's hold on it from it
+    // (hop_figures.hpp). The others carry none, not even one inherited.
+    const bool stamp = setup_.hop_figures && send_sampler_.due();
+    if (stamp) {
+      if (now == 0) now = setup_.clock();
+      send_sampler_.taken(now);
+    }
     if (stamp || d.envelope.header().sent_ns != 0) {
-      if (stamp && now == 0) now = setup_.clock();
       EnvelopeHeader h = d.envelope.header();
       h.sent_ns = stamp ? now : 0;
       d.envelope = std::move(d.envelope).with_header(h);

@@ -379,8 +379,8 @@ class ReplicaCore final : public StageContext {
   /// Offers the step's outputs to their routers; `now`, when not 0, is the
   /// time the step ended (a send time then costs no clock read).
   void emit_outputs(std::int64_t now = 0);
-  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery
-  /// gets its send time stamped (hop_figures), the rest none.
+  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery at
+  /// most gets its send time stamped (hop_figures, HopSampler), the rest none.
   void send_dispatches(OutEdge& out, std::int64_t now = 0);
 
   // -- snapshots of a stateful stage
@@ -458,7 +458,7 @@ class ReplicaCore final : public StageContext {
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
   std::uint64_t steps_ = 0;
-  std::uint64_t dispatched_ = 0;  ///< envelopes handed to the effects, for the send-time sample
+  HopSampler send_sampler_;  ///< picks the envelopes handed to the effects that carry a send time
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;
