@@ -61,6 +61,7 @@ struct Options {
   std::string only;                ///< "raw" or "swarmflow": run one side only (for profiling)
   int observe_cost = 0;            ///< pairs of swarmflow runs unobserved / observed (0: none)
   int look_ms = 100;               ///< observed runs: the report, JSON and /metrics text made every this often
+  std::int64_t observe_n = 0;      ///< messages per unobserved / observed run (0: --n)
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -83,6 +84,9 @@ bool parse(int argc, char** argv, Options& o) {
       integer_flag("--look-ms", "MS", o.look_ms,
                    "observed runs make the report, its JSON and its /metrics text every MS ms (default 100; the web\n"
                    "view and top ask every 1000, Prometheus every 5000-15000)"),
+      integer_flag("--observe-n", "N", o.observe_n,
+                   "messages per unobserved and observed run (default: --n); make a run last a few times\n"
+                   "--look-ms, or it holds no look and measures only the hop figures"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (!o.only.empty() && o.only != "raw" && o.only != "swarmflow") {
@@ -91,7 +95,7 @@ bool parse(int argc, char** argv, Options& o) {
   }
   if (o.threads <= 0) o.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   if (o.n <= 0 || o.latency_n <= 0 || o.rate_hz <= 0 || o.repeat <= 0 || o.window < 2 || o.capacity < 1 ||
-      o.payload_bytes < 0 || o.look_ms <= 0) {
+      o.payload_bytes < 0 || o.look_ms <= 0 || o.observe_n < 0) {
     std::fprintf(stderr, "every count, rate and size must be positive (window at least 2)\n");
     return false;
   }
@@ -117,6 +121,8 @@ struct RunResult {
   std::int64_t dropped = 0;
   double source_lag_ms = 0;  ///< raw, paced: the most the source fell behind its schedule
   double cpu_s = 0;          ///< swarmflow: the process's CPU time over the run, every thread
+  int looks = 0;             ///< observed: looks made while it ran
+  double looks_cpu_s = 0;    ///< observed: their CPU time
   Latency latency;
   std::string problem;  ///< why the run is not ok, empty when it is
 };
@@ -359,13 +365,17 @@ RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz, Watch 
     const double cpu0 = swarmflow::bench::process_cpu_s();
     if (watch == Watch::observed) scraper = std::make_unique<swarmflow::bench::Scraper>(runtime, std::chrono::milliseconds(o.look_ms));
     s = runtime.run();
+    if (scraper) scraper->stop();  // a look under way counts too
+    r.cpu_s = swarmflow::bench::process_cpu_s() - cpu0;
     if (scraper && scraper->scrapes() > 0) {
       g_look_us_sum += scraper->look_us();
       g_look_cpu_us_sum += scraper->look_cpu_us();
       ++g_look_runs;
     }
-    scraper.reset();  // a look under way counts too
-    r.cpu_s = swarmflow::bench::process_cpu_s() - cpu0;
+    if (scraper) {
+      r.looks = scraper->scrapes();
+      r.looks_cpu_s = scraper->cpu_s();
+    }
   }
   const swarmflow::RunReport report = runtime.report();
   const auto* sink = report.stage("sink");
@@ -490,19 +500,22 @@ int main(int argc, char** argv) {
   // observed, back to back, alternating which goes first; each pair's ratio.
   std::vector<RunResult> off_runs, on_runs;
   swarmflow::bench::PairedRatios wall_pairs, cpu_pairs;
+  swarmflow::bench::LookTally looks;
+  const std::int64_t on_n = o.observe_n > 0 ? o.observe_n : o.n;
   for (int i = 0; i < o.observe_cost; ++i) {
-    if (i % 2 == 1) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
-    off_runs.push_back(run_swarmflow(o, o.n, 0, Watch::unobserved));
-    if (i % 2 == 0) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
+    if (i % 2 == 1) on_runs.push_back(run_swarmflow(o, on_n, 0, Watch::observed));
+    off_runs.push_back(run_swarmflow(o, on_n, 0, Watch::unobserved));
+    if (i % 2 == 0) on_runs.push_back(run_swarmflow(o, on_n, 0, Watch::observed));
     const RunResult& off = off_runs.back();
     const RunResult& on = on_runs.back();
-    wall_pairs.add(per_s(o.n, on), per_s(o.n, off));
-    cpu_pairs.add(per_cpu_s(o.n, on), per_cpu_s(o.n, off));
+    wall_pairs.add(per_s(on_n, on), per_s(on_n, off));
+    cpu_pairs.add(per_cpu_s(on_n, on), per_cpu_s(on_n, off));
+    looks.add(on.looks, on.looks_cpu_s, on.cpu_s);
     std::printf("  observe-cost pair %d (%s first): unobserved %.0f msg/s, %.0f per CPU s; observed %.0f msg/s, "
-                "%.0f per CPU s; ratio %.3f, per CPU s %.3f%s\n",
-                i + 1, i % 2 == 1 ? "observed" : "unobserved", per_s(o.n, off), per_cpu_s(o.n, off), per_s(o.n, on),
-                per_cpu_s(o.n, on), ratio(per_s(o.n, on), per_s(o.n, off)),
-                ratio(per_cpu_s(o.n, on), per_cpu_s(o.n, off)), problems(off, on).c_str());
+                "%.0f per CPU s, %d looks; ratio %.3f, per CPU s %.3f%s\n",
+                i + 1, i % 2 == 1 ? "observed" : "unobserved", per_s(on_n, off), per_cpu_s(on_n, off), per_s(on_n, on),
+                per_cpu_s(on_n, on), on.looks, ratio(per_s(on_n, on), per_s(on_n, off)),
+                ratio(per_cpu_s(on_n, on), per_cpu_s(on_n, off)), problems(off, on).c_str());
     std::fflush(stdout);
   }
   for (const auto* runs : {&off_runs, &on_runs}) {
@@ -549,28 +562,35 @@ int main(int argc, char** argv) {
               "   source only ever sends late; the raw source fell up to %.2f ms behind schedule)\n",
               rl.source_lag_ms);
   if (o.observe_cost > 0) {
-    const double off = per_s(o.n, median_by(off_runs, by_seconds));
-    const double on = per_s(o.n, median_by(on_runs, by_seconds));
+    const double off = per_s(on_n, median_by(off_runs, by_seconds));
+    const double on = per_s(on_n, median_by(on_runs, by_seconds));
     const auto wall = wall_pairs.summary();
     const auto cpu = cpu_pairs.summary();
     std::printf("\nwhat watching costs (saturated, N=%lld, %d pairs)   unobserved     observed   observed/unobserved\n",
-                static_cast<long long>(o.n), o.observe_cost);
+                static_cast<long long>(on_n), o.observe_cost);
     std::printf("  messages/s, medians of the runs %12.0f   %12.0f   %8.3f\n", off, on, ratio(on, off));
     std::printf("  per pair, messages/s:           %s\n", swarmflow::bench::PairedRatios::describe(wall).c_str());
     std::printf("  per pair, messages per CPU s:   %s\n", swarmflow::bench::PairedRatios::describe(cpu).c_str());
     std::printf("  (observed: hop figures recorded, and the report, its JSON and its /metrics text made every\n"
                 "   %d ms; unobserved: neither; CPU s: the process's, every thread)\n", o.look_ms);
+    std::printf("  %s\n", looks.describe().c_str());
+    if (looks.fewest() < 1) {
+      std::printf("  (a run held no look: it measures the hop figures only; --observe-n makes runs longer)\n");
+    }
     std::printf("  target: observed >= 0.98 x unobserved: %s (median of the pairs' ratios %.3f; its 95%% CI %s 0.98)\n",
                 wall.median >= 0.98 ? "met" : "NOT met", wall.median,
                 wall.ci_low >= 0.98 ? "lies above" : (wall.ci_high < 0.98 ? "lies below" : "reaches below"));
+    std::printf("  target by CPU: observed >= 0.98 x unobserved per CPU s: %s (median %.3f; its 95%% CI %s 0.98)\n",
+                cpu.median >= 0.98 ? "met" : "NOT met", cpu.median,
+                cpu.ci_low >= 0.98 ? "lies above" : (cpu.ci_high < 0.98 ? "lies below" : "reaches below"));
     // The same cost from its parts, which the machine's noise moves less:
     // measuring a step, against the time the chain spends per step, and one
     // look, against the time between looks.
-    const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000);
     const double chain_step_ns = off > 0 ? 1e9 * o.threads / (off * kHops) : 0;
+    const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000, std::llround(chain_step_ns));
     const double look_us = g_look_runs > 0 ? g_look_us_sum / g_look_runs : 0;
     const double look_cpu_us = g_look_runs > 0 ? g_look_cpu_us_sum / g_look_runs : 0;
-    std::printf("  from its parts: measuring a step %.2f ns (one in %llu recorded) = %.2f%% of the %.0f ns of worker\n"
+    std::printf("  from its parts: measuring a step %.2f ns (one in %llu at most recorded) = %.2f%% of the %.0f ns of worker\n"
                 "  time the chain spends per step; one look %.0f us (%.0f us of CPU) every %d ms = %.2f%% of one core\n",
                 step_ns, static_cast<unsigned long long>(swarmflow::runtime::kHopSampleEvery),
                 chain_step_ns > 0 ? 100 * step_ns / chain_step_ns : 0, chain_step_ns, look_us, look_cpu_us, o.look_ms,

@@ -5,6 +5,7 @@
 // last bucket. Not thread-safe; merge per-thread copies.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include <swarmflow/report.hpp>
@@ -15,6 +16,8 @@ class LatencyHistogram {
  public:
   /// Records one value in nanoseconds; negative values count as 0.
   void record(std::int64_t ns);
+  /// Empties it (the buckets in use only: cheaper than a new one).
+  void clear();
   /// Adds all of `other`'s samples.
   void merge(const LatencyHistogram& other);
   std::uint64_t count() const { return count_; }
@@ -24,6 +27,10 @@ class LatencyHistogram {
   std::int64_t max_ns() const { return max_; }
   /// p50/p99/p99.9/max in milliseconds.
   LatencySummary summary() const;
+  /// summary(), and count_at_most(bounds_ns[i]) into at_most[i] for each of
+  /// the `n` bounds (ascending), in one pass over the buckets in use: what a
+  /// report asks of every histogram at every look.
+  LatencySummary summarize(const std::int64_t* bounds_ns, std::size_t n, std::uint64_t* at_most) const;
   /// Samples at most `ns` (exact at bucket edges, else to the bucket: a
   /// sample counts when its bucket's upper edge is at most `ns`).
   std::uint64_t count_at_most(std::int64_t ns) const;
@@ -35,7 +42,7 @@ class LatencyHistogram {
   /// another process; `add_bucket` rebuilds it there.
   template <class F>
   void for_each_bucket(F&& f) const {
-    for (int i = 0; i < kBuckets; ++i) {
+    for (int i = 0; i < top_; ++i) {
       if (buckets_[static_cast<std::size_t>(i)] != 0) f(i, buckets_[static_cast<std::size_t>(i)]);
     }
   }
@@ -55,6 +62,7 @@ class LatencyHistogram {
   static std::int64_t upper_edge(int bucket);
 
   std::array<std::uint64_t, kBuckets> buckets_{};
+  int top_ = 0;  ///< buckets at and above this are empty: reads and merges stop here
   std::uint64_t count_ = 0;
   std::int64_t max_ = 0;
   double sum_ns_ = 0;

@@ -2,17 +2,21 @@
 
 #include "metrics/prometheus.hpp"
 
-#include <cinttypes>
 #include <algorithm>
+#include <charconv>
+#include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace swarmflow::metrics {
 
-std::string escape_label(const std::string& value) {
-  std::string out;
-  out.reserve(value.size());
+namespace {
+
+/// Appends `value` escaped as a label value.
+void append_escaped(std::string& out, const std::string& value) {
   for (char c : value) {
     switch (c) {
       case '\\': out += "\\\\"; break;
@@ -21,6 +25,14 @@ std::string escape_label(const std::string& value) {
       default: out += c; break;
     }
   }
+}
+
+}  // namespace
+
+std::string escape_label(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  append_escaped(out, value);
   return out;
 }
 
@@ -28,9 +40,23 @@ namespace {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-/// Builds the exposition one family at a time.
+/// The `le` label of each of kServiceBucketsS, as "%g" writes it ("1e-05", "0.005", "5").
+struct LeLabels {
+  std::string le[kServiceBuckets];
+  LeLabels() {
+    for (int b = 0; b < kServiceBuckets; ++b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "le=\"%g\"", kServiceBucketsS[b]);
+      le[b] = buf;
+    }
+  }
+};
+
+/// Builds the exposition one family at a time, straight into one string:
+/// labels are rendered once per series, numbers with std::to_chars.
 class Writer {
  public:
+  Writer() { out_.reserve(16384); }
   void family(const char* name, const char* type, const char* help) {
     out_ += "# HELP ";
     out_ += name;
@@ -42,45 +68,75 @@ class Writer {
     out_ += type;
     out_ += '\n';
   }
-  void sample(const std::string& name, const Labels& labels, double value) {
+  /// `labels` as `a="x",b="y"` (escaped), for line().
+  static std::string render(const Labels& labels) {
+    std::string out;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (i > 0) out += ',';
+      out += labels[i].first;
+      out += "=\"";
+      append_escaped(out, labels[i].second);
+      out += '"';
+    }
+    return out;
+  }
+  /// One sample: name + suffix, the rendered labels and one more label (either may be empty), the value.
+  template <class V>
+  void line(std::string_view name, std::string_view suffix, std::string_view labels, std::string_view more, V value) {
     out_ += name;
-    if (!labels.empty()) {
+    out_ += suffix;
+    if (!labels.empty() || !more.empty()) {
       out_ += '{';
-      for (std::size_t i = 0; i < labels.size(); ++i) {
-        if (i > 0) out_ += ',';
-        out_ += labels[i].first;
-        out_ += "=\"";
-        out_ += escape_label(labels[i].second);
-        out_ += '"';
-      }
+      out_ += labels;
+      if (!labels.empty() && !more.empty()) out_ += ',';
+      out_ += more;
       out_ += '}';
     }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " %.17g\n", value);
-    out_ += buf;
+    out_ += ' ';
+    number(value);
+    out_ += '\n';
   }
-  void sample(const std::string& name, const Labels& labels, std::uint64_t value) {
-    sample(name, labels, static_cast<double>(value));
+  void sample(std::string_view name, const Labels& labels, double value) { line(name, {}, render(labels), {}, value); }
+  void sample(std::string_view name, const Labels& labels, std::uint64_t value) {
+    line(name, {}, render(labels), {}, value);
   }
   /// A histogram's _bucket (cumulative, `le`), _sum and _count samples.
-  void histogram(const std::string& name, Labels labels, const std::vector<std::uint64_t>& cumulative,
+  void histogram(std::string_view name, const Labels& labels, const std::vector<std::uint64_t>& cumulative,
                  std::uint64_t count, double sum) {
+    histogram(name, render(labels), cumulative, count, sum);
+  }
+  /// The same with labels rendered (render()).
+  void histogram(std::string_view name, const std::string& rendered, const std::vector<std::uint64_t>& cumulative,
+                 std::uint64_t count, double sum) {
+    static const LeLabels les;
     for (std::size_t b = 0; b < cumulative.size() && b < static_cast<std::size_t>(kServiceBuckets); ++b) {
-      char le[32];
-      std::snprintf(le, sizeof le, "%g", kServiceBucketsS[b]);
-      Labels with = labels;
-      with.emplace_back("le", le);
-      sample(name + "_bucket", with, cumulative[b]);
+      line(name, "_bucket", rendered, les.le[b], cumulative[b]);
     }
-    Labels inf = labels;
-    inf.emplace_back("le", "+Inf");
-    sample(name + "_bucket", inf, count);
-    sample(name + "_sum", labels, sum);
-    sample(name + "_count", labels, count);
+    line(name, "_bucket", rendered, "le=\"+Inf\"", count);
+    line(name, "_sum", rendered, {}, sum);
+    line(name, "_count", rendered, {}, count);
   }
   std::string take() { return std::move(out_); }
 
  private:
+  void number(std::uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, r.ptr);
+  }
+  /// The shortest text that reads back as `v`; the text format's +Inf, -Inf and NaN.
+  void number(double v) {
+    if (std::isnan(v)) {
+      out_ += "NaN";
+    } else if (std::isinf(v)) {
+      out_ += v > 0 ? "+Inf" : "-Inf";
+    } else {
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, v);
+      out_.append(buf, r.ptr);
+    }
+  }
+
   std::string out_;
 };
 
@@ -95,49 +151,52 @@ Labels replica_labels(const ReplicaReport& r) {
 std::string to_prometheus(const RunReport& r) {
   Writer w;
   const Labels pipeline = {{"pipeline", r.pipeline}};
+  // Each edge's and replica's labels, rendered once for all their families.
+  std::vector<std::string> edge;
+  for (const auto& e : r.edges) edge.push_back(Writer::render(edge_labels(e)));
+  std::vector<std::string> replica;
+  for (const auto& x : r.replicas) replica.push_back(Writer::render(replica_labels(x)));
 
   w.family("swarmflow_run_duration_seconds", "gauge", "Seconds since the run started.");
   w.sample("swarmflow_run_duration_seconds", pipeline, r.duration_s);
 
   w.family("swarmflow_edge_sent_total", "counter", "Envelopes sent on an edge.");
-  for (const auto& e : r.edges) w.sample("swarmflow_edge_sent_total", edge_labels(e), e.sent);
+  for (std::size_t i = 0; i < r.edges.size(); ++i) w.line("swarmflow_edge_sent_total", {}, edge[i], {}, r.edges[i].sent);
   w.family("swarmflow_edge_delivered_total", "counter", "Envelopes delivered on an edge.");
-  for (const auto& e : r.edges) w.sample("swarmflow_edge_delivered_total", edge_labels(e), e.delivered);
+  for (std::size_t i = 0; i < r.edges.size(); ++i) w.line("swarmflow_edge_delivered_total", {}, edge[i], {}, r.edges[i].delivered);
   w.family("swarmflow_edge_dropped_total", "counter",
            "Envelopes dropped on an edge, by reason: overflow (the edge's policy, or a live source without credit), "
            "too_large (over transport.max_message_bytes), refused (the consumer's unit refused the payload).");
-  for (const auto& e : r.edges) {
+  for (std::size_t i = 0; i < r.edges.size(); ++i) {
+    const EdgeReport& e = r.edges[i];
     const std::uint64_t overflow = e.dropped >= e.too_large + e.refused ? e.dropped - e.too_large - e.refused : 0;
-    for (const auto& [reason, n] : {std::pair<const char*, std::uint64_t>{"overflow", overflow},
-                                    {"too_large", e.too_large},
-                                    {"refused", e.refused}}) {
-      Labels l = edge_labels(e);
-      l.emplace_back("reason", reason);
-      w.sample("swarmflow_edge_dropped_total", l, n);
-    }
+    w.line("swarmflow_edge_dropped_total", {}, edge[i], "reason=\"overflow\"", overflow);
+    w.line("swarmflow_edge_dropped_total", {}, edge[i], "reason=\"too_large\"", e.too_large);
+    w.line("swarmflow_edge_dropped_total", {}, edge[i], "reason=\"refused\"", e.refused);
   }
   w.family("swarmflow_edge_replayed_total", "counter",
            "Envelopes sent again to a consumer replica placed anew after a failover.");
-  for (const auto& e : r.edges) w.sample("swarmflow_edge_replayed_total", edge_labels(e), e.replayed);
+  for (std::size_t i = 0; i < r.edges.size(); ++i) w.line("swarmflow_edge_replayed_total", {}, edge[i], {}, r.edges[i].replayed);
 
   w.family("swarmflow_replica_queue_depth", "gauge", "Envelopes waiting at a replica.");
-  for (const auto& x : r.replicas) w.sample("swarmflow_replica_queue_depth", replica_labels(x), x.queued);
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) w.line("swarmflow_replica_queue_depth", {}, replica[i], {}, r.replicas[i].queued);
   w.family("swarmflow_replica_processed_total", "counter", "Envelopes a replica processed.");
-  for (const auto& x : r.replicas) w.sample("swarmflow_replica_processed_total", replica_labels(x), x.processed);
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) w.line("swarmflow_replica_processed_total", {}, replica[i], {}, r.replicas[i].processed);
   w.family("swarmflow_replica_errors_total", "counter", "Steps of a replica that failed or threw.");
-  for (const auto& x : r.replicas) w.sample("swarmflow_replica_errors_total", replica_labels(x), x.errors);
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) w.line("swarmflow_replica_errors_total", {}, replica[i], {}, r.replicas[i].errors);
   w.family("swarmflow_replica_restarts_total", "counter", "Restarts of a replica's stage.");
-  for (const auto& x : r.replicas) w.sample("swarmflow_replica_restarts_total", replica_labels(x), x.restarts);
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) w.line("swarmflow_replica_restarts_total", {}, replica[i], {}, r.replicas[i].restarts);
   w.family("swarmflow_replica_dead_letters_total", "counter", "Envelopes a replica gave up after repeated failures.");
-  for (const auto& x : r.replicas) w.sample("swarmflow_replica_dead_letters_total", replica_labels(x), x.dead_letters);
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) w.line("swarmflow_replica_dead_letters_total", {}, replica[i], {}, r.replicas[i].dead_letters);
 
   w.family("swarmflow_stage_service_seconds", "histogram", "Time a replica's stage took per step.");
-  for (const auto& x : r.replicas) {
+  for (std::size_t i = 0; i < r.replicas.size(); ++i) {
+    const ReplicaReport& x = r.replicas[i];
     std::vector<std::uint64_t> cumulative;
     std::uint64_t n = 0;
     for (std::size_t b = 0; b + 1 < x.service_buckets.size(); ++b) cumulative.push_back(n += x.service_buckets[b]);
     if (!x.service_buckets.empty()) n += x.service_buckets.back();
-    w.histogram("swarmflow_stage_service_seconds", replica_labels(x), cumulative, n, x.service_sum_s);
+    w.histogram("swarmflow_stage_service_seconds", replica[i], cumulative, n, x.service_sum_s);
   }
 
   w.family("swarmflow_sink_latency_seconds", "histogram",
@@ -156,14 +215,16 @@ std::string to_prometheus(const RunReport& r) {
   w.family("swarmflow_edge_latency_seconds", "histogram",
            "Time from the moment an envelope left the producer (after any wait for credit) to its arrival at the "
            "consumer; across processes, corrected by their clock offset.");
-  for (const auto& e : r.edges) {
-    w.histogram("swarmflow_edge_latency_seconds", edge_labels(e), e.latency_le, e.latency.count, e.latency_sum_s);
+  for (std::size_t i = 0; i < r.edges.size(); ++i) {
+    const EdgeReport& e = r.edges[i];
+    w.histogram("swarmflow_edge_latency_seconds", edge[i], e.latency_le, e.latency.count, e.latency_sum_s);
   }
   w.family("swarmflow_edge_held_seconds", "histogram",
            "Time from an envelope's arrival at the producer (its capture, at a source) to the moment it left it on "
            "the edge: the producer's queue, step and wait for credit.");
-  for (const auto& e : r.edges) {
-    w.histogram("swarmflow_edge_held_seconds", edge_labels(e), e.held_le, e.held.count, e.held_sum_s);
+  for (std::size_t i = 0; i < r.edges.size(); ++i) {
+    const EdgeReport& e = r.edges[i];
+    w.histogram("swarmflow_edge_held_seconds", edge[i], e.held_le, e.held.count, e.held_sum_s);
   }
 
   w.family("swarmflow_unit_utilization", "gauge", "Busy fraction of a unit's worker threads in its last load report.");
@@ -194,14 +255,12 @@ std::string to_prometheus(const RunReport& r) {
 
   // The stages' own histograms (StageContext::observe), as summaries; the
   // token generators' TTFT and TPOT in seconds besides.
-  auto summary = [&w](const std::string& name, Labels labels, const ValueSummary& v, double per_unit) {
-    for (const auto& [q, value] : {std::pair<const char*, double>{"0.5", v.p50}, {"0.99", v.p99}}) {
-      Labels with = labels;
-      with.emplace_back("quantile", q);
-      w.sample(name, with, value / per_unit);
-    }
-    w.sample(name + "_sum", labels, v.mean * static_cast<double>(v.count) / per_unit);
-    w.sample(name + "_count", labels, v.count);
+  auto summary = [&w](const std::string& name, const Labels& labels, const ValueSummary& v, double per_unit) {
+    const std::string rendered = Writer::render(labels);
+    w.line(name, {}, rendered, "quantile=\"0.5\"", v.p50 / per_unit);
+    w.line(name, {}, rendered, "quantile=\"0.99\"", v.p99 / per_unit);
+    w.line(name, "_sum", rendered, {}, v.mean * static_cast<double>(v.count) / per_unit);
+    w.line(name, "_count", rendered, {}, v.count);
   };
   w.family("swarmflow_stage_observed", "summary",
            "A stage's own histogram (StageContext::observe), in the unit the stage records it in, by name.");

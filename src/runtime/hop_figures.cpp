@@ -18,6 +18,11 @@ void SharedLatency::merge(const metrics::LatencyHistogram& other) {
   shared_.merge(other);
 }
 
+void SharedLatency::merge_into(metrics::LatencyHistogram& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.merge(shared_);
+}
+
 metrics::LatencyHistogram SharedLatency::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return shared_;

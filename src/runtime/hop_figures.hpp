@@ -28,17 +28,57 @@
 namespace swarmflow::runtime {
 
 /// Residence and hop latency are measured on one step in this many of each
-/// replica: their percentiles hold, and what they cost stays within the 2%
-/// the benchmarks allow (docs/benchmarks.md).
+/// replica at the most (a slow stage: every 16th of its steps)...
 constexpr std::uint64_t kHopSampleEvery = 16;
+/// ...and, on a busy replica, on about one step in this many nanoseconds:
+/// a thousand or two a second keep its percentiles, and what measuring costs
+/// stays far within the 2% the benchmarks allow (docs/benchmarks.md).
+constexpr std::int64_t kHopSampleGapNs = 500'000;
+
+/// Picks the steps (or sends) of one replica that are measured: every
+/// `stride`-th, the first included. The stride starts at kHopSampleEvery
+/// and adapts as samples are taken: doubled while they come less than
+/// kHopSampleGapNs apart, halved (not below kHopSampleEvery) once they come
+/// over four times that apart. Which step is measured depends on the count
+/// only, never on how long a step took, so the sample is not biased towards
+/// slow steps. One writer.
+class HopSampler {
+ public:
+  /// True when this step is to be measured; then taken() with its time.
+  bool due() { return --left_ == 0; }
+  void taken(std::int64_t now_ns) {
+    if (last_ns_ != 0) {
+      const std::int64_t gap = now_ns - last_ns_;
+      if (gap < kHopSampleGapNs && stride_ < kMaxStride) {
+        stride_ *= 2;
+      } else if (gap > 4 * kHopSampleGapNs && stride_ > kHopSampleEvery) {
+        stride_ /= 2;
+      }
+    }
+    last_ns_ = now_ns;
+    left_ = stride_;
+  }
+  std::uint64_t stride() const { return stride_; }
+
+ private:
+  static constexpr std::uint64_t kMaxStride = 1u << 16;
+  std::uint64_t stride_ = kHopSampleEvery;
+  std::uint64_t left_ = 1;
+  std::int64_t last_ns_ = 0;
+};
 
 /// A latency histogram written by one thread and read by others: the writer
 /// keeps a few samples of its own and hands them over in one lock.
 class SharedLatency {
  public:
-  /// Of the steps that could be measured, one in kHopSampleEvery is (the
-  /// first, then every 16th): true when this one is. Writer only.
-  bool due() { return (ticks_++ % kHopSampleEvery) == 0; }
+  /// Of the steps that could be measured, one in kHopSampleEvery at most
+  /// is, the first included (HopSampler): true when this one, ending at
+  /// `now_ns`, is. Writer only.
+  bool due(std::int64_t now_ns) {
+    if (!sampler_.due()) return false;
+    sampler_.taken(now_ns);
+    return true;
+  }
   /// Records `ns`; hands over what it holds when it is full or, given the
   /// time `now_ns`, when it last did over 200 ms ago (a slow stage's
   /// figures go live too).
@@ -53,6 +93,9 @@ class SharedLatency {
   void flush();
   void merge(const metrics::LatencyHistogram& other);
   metrics::LatencyHistogram snapshot() const;
+  /// Adds what has been handed over to `out`, holding the writer's lock only
+  /// for the buckets in use (no copy of the whole histogram).
+  void merge_into(metrics::LatencyHistogram& out) const;
 
  private:
   static constexpr std::size_t kPending = 32;
@@ -60,7 +103,7 @@ class SharedLatency {
   std::int64_t flushed_ns_ = 0;
   std::int64_t pending_[kPending]{};
   std::size_t count_ = 0;
-  std::uint64_t ticks_ = 0;
+  HopSampler sampler_;
   mutable std::mutex mutex_;
   metrics::LatencyHistogram shared_;
 };
@@ -100,9 +143,9 @@ void record_sampled_hops(SharedLatency* residence, SharedLatency* edge, SharedLa
                          const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns);
 
 /// Records a finished step on envelope `h` at `end_ns` into the residence of
-/// the replica (one step in kHopSampleEvery, counted by `residence`), and,
-/// when `h` carries a send time (its producer stamps one envelope in
-/// kHopSampleEvery), into the latency of the edge it came on (`edge`: sent ->
+/// the replica (one step in kHopSampleEvery at most, picked by `residence`'s
+/// HopSampler), and, when `h` carries a send time (its producer stamps one
+/// envelope in kHopSampleEvery at most, by its own), into the latency of the edge it came on (`edge`: sent ->
 /// arrival here) and its producer's hold on it (`held`: arrival at the
 /// producer, or capture, -> sent); into `trace` when it samples it. Any of
 /// them may be null. Inline, as every step of a replica calls it and most
@@ -111,7 +154,7 @@ inline void record_hops(SharedLatency* residence, SharedLatency* edge, SharedLat
                         const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
   // A full trace keeps its oldest hops: the last is not this arrival then.
   if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
-  const bool due = residence != nullptr && residence->due();
+  const bool due = residence != nullptr && residence->due(end_ns);
   const bool timed = h.sent_ns != 0 && (edge != nullptr || held != nullptr);
   const bool traced = trace != nullptr && trace->sampled(h.seq);
   if (due || timed || traced) {

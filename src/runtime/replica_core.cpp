@@ -229,10 +229,18 @@ void ReplicaCore::end_event() {
   if (!snapshots_pending_.empty()) send_snapshots();
   flush_releases();
   if (finished_ && !left_) maybe_leave();
-  if (!flush_scheduled_ && queue_.empty() &&
-      (owes_acks() || (stateful_ && !source_ && snapshot_taken_ < next_ordinal_))) {
-    flush_scheduled_ = true;
-    effects_.schedule(kFlush, setup_.clock() + kIdleFlushNs);
+  const bool snapshot_owed = stateful_ && !source_ && snapshot_taken_ < next_ordinal_;
+  if (!flush_scheduled_ && queue_.empty() && (owes_acks() || snapshot_owed)) {
+    if (last_step_ns_ >= kIdleFlushNs && !snapshot_owed) {
+      // Its last step took longer than the wait would: what it is fed comes
+      // slower still, so waiting to gather more acks would only hold its
+      // producers' credits back, and the timer costs two thread wake-ups
+      // (a frame stage: several a frame). It returns what it owes now.
+      for (auto& in : in_) flush_acks(in, true);
+    } else {
+      flush_scheduled_ = true;
+      effects_.schedule(kFlush, setup_.clock() + kIdleFlushNs);
+    }
   }
 }
 
@@ -909,6 +917,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   dead_letter_streak_ = 0;
   const double service = static_cast<double>(t1 - t0);
   service_ns_ = service_ns_ > 0 ? 0.8 * service_ns_ + 0.2 * service : service;
+  last_step_ns_ = t1 - t0;
   ++steps_;
   setup_.stats->processed.fetch_add(1, std::memory_order_relaxed);
   setup_.stats->busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
@@ -1027,6 +1036,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     const std::int64_t t0 = t;
     Status s = call_process(t0);
     t = setup_.clock();
+    last_step_ns_ = t - t0;
     if (!s.is_error()) {
       dead_letter_streak_ = 0;
       ++steps_;
@@ -1275,13 +1285,16 @@ void ReplicaCore::emit_outputs(std::int64_t now) {
 
 void ReplicaCore::send_dispatches(OutEdge& out, std::int64_t now) {
   for (auto& d : dispatches_) {
-    // The send time of one envelope in kHopSampleEvery, taken as it leaves
-    // (after any wait for credit): its consumer measures the edge's latency
-    // and this replica's hold on it from it (hop_figures.hpp). The others
-    // carry none, not even one inherited from an input.
-    const bool stamp = setup_.hop_figures && (dispatched_++ % kHopSampleEvery) == 0;
+    // The send time of one envelope in kHopSampleEvery at most (HopSampler),
+    // taken as it leaves (after any wait for credit): its consumer measures
+    // the edge's latency and this replica's hold on it from it
+    // (hop_figures.hpp). The others carry none, not even one inherited.
+    const bool stamp = setup_.hop_figures && send_sampler_.due();
+    if (stamp) {
+      if (now == 0) now = setup_.clock();
+      send_sampler_.taken(now);
+    }
     if (stamp || d.envelope.header().sent_ns != 0) {
-      if (stamp && now == 0) now = setup_.clock();
       EnvelopeHeader h = d.envelope.header();
       h.sent_ns = stamp ? now : 0;
       d.envelope = std::move(d.envelope).with_header(h);

@@ -168,7 +168,8 @@ class ReplicaCore final : public StageContext {
   /// kWake: a stage (not a source) with work in hand asked, through
   /// defer_until, to be called again without an input.
   enum Tick : int { kPull = 0, kResume = 1, kJoin = 2, kFlush = 3, kWake = 4 };
-  /// How long an idle replica waits before it returns what it owes.
+  /// How long an idle replica waits before it returns what it owes (one
+  /// whose last step took longer returns it at once).
   static constexpr std::int64_t kIdleFlushNs = 1'000'000;
 
   ReplicaCore(ReplicaSetup setup, ReplicaEffects& effects);
@@ -387,8 +388,8 @@ class ReplicaCore final : public StageContext {
   /// Offers the step's outputs to their routers; `now`, when not 0, is the
   /// time the step ended (a send time then costs no clock read).
   void emit_outputs(std::int64_t now = 0);
-  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery
-  /// gets its send time stamped (hop_figures), the rest none.
+  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery at
+  /// most gets its send time stamped (hop_figures, HopSampler), the rest none.
   void send_dispatches(OutEdge& out, std::int64_t now = 0);
 
   // -- snapshots of a stateful stage
@@ -467,7 +468,8 @@ class ReplicaCore final : public StageContext {
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
   std::uint64_t steps_ = 0;
-  std::uint64_t dispatched_ = 0;  ///< envelopes handed to the effects, for the send-time sample
+  HopSampler send_sampler_;
+  std::int64_t last_step_ns_ = 0;  ///< how long the last step took (an idle replica's acks: end_event)  ///< picks the envelopes handed to the effects that carry a send time
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;

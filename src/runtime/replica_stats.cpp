@@ -19,17 +19,22 @@ std::map<std::string, std::int64_t> ReplicaStats::counters() const {
 }
 
 void ReplicaStats::record_latency(std::int64_t ns) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(latency_mutex_);
   latency_.record(ns);
 }
 
 void ReplicaStats::merge_latency(const metrics::LatencyHistogram& other) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(latency_mutex_);
   latency_.merge(other);
 }
 
+void ReplicaStats::merge_latency_into(metrics::LatencyHistogram& out) const {
+  std::lock_guard<std::mutex> lock(latency_mutex_);
+  out.merge(latency_);
+}
+
 metrics::LatencyHistogram ReplicaStats::latency() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(latency_mutex_);
   return latency_;
 }
 

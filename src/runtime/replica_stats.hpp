@@ -91,9 +91,12 @@ struct ReplicaStats {
   void record_latency(std::int64_t ns);
   void merge_latency(const metrics::LatencyHistogram& other);
   metrics::LatencyHistogram latency() const;
+  /// Adds the latency histogram to `out` (no copy of the whole histogram).
+  void merge_latency_into(metrics::LatencyHistogram& out) const;
 
  private:
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  ///< the counters' map
+  mutable std::mutex latency_mutex_;  ///< latency_: a sink takes it per envelope, a look only to merge
   mutable std::mutex keys_mutex_;
   KeyFigures keys_;
   std::map<std::string, std::unique_ptr<std::atomic<std::int64_t>>, std::less<>> counters_;

@@ -73,6 +73,24 @@ void add_consensus(RunReport& r) {
   }
 }
 
+/// kServiceBucketsS in ns, the bounds the report counts each histogram's
+/// samples at.
+struct ServiceBoundsNs {
+  std::int64_t ns[kServiceBuckets];
+  ServiceBoundsNs() {
+    for (int i = 0; i < kServiceBuckets; ++i) ns[i] = static_cast<std::int64_t>(kServiceBucketsS[i] * 1e9);
+  }
+};
+
+/// `h`'s summary, its samples at most each of kServiceBucketsS into `le`,
+/// and its sum in seconds into `sum_s`, in one pass over its buckets.
+LatencySummary summarize(const metrics::LatencyHistogram& h, std::vector<std::uint64_t>& le, double& sum_s) {
+  static const ServiceBoundsNs bounds;
+  le.assign(static_cast<std::size_t>(kServiceBuckets), 0);
+  sum_s = h.sum_ns() / 1e9;
+  return h.summarize(bounds.ns, le.size(), le.data());
+}
+
 }  // namespace
 
 RunReport build_report(const RunState& run) {
@@ -86,16 +104,21 @@ RunReport build_report(const RunState& run) {
   const std::int64_t start = run.start_ns.load();
   r.duration_s = start > 0 ? static_cast<double>(end - start) / 1e9 : 0.0;
   const graph::Graph& g = run.graph;
+  // Two histograms reused for every stage and edge (each is 20 KB).
+  metrics::LatencyHistogram first;
+  metrics::LatencyHistogram second;
   for (const auto& node : g.nodes) {
     StageReport s;
     s.id = node.decl->id;
     s.type = node.decl->type;
     s.replicas = table->active_of(node.index);  // those taking work (`replicas: {min, max}`: the rest stand by)
     s.sink = node.out_edges.empty();
-    metrics::LatencyHistogram latency;
-    metrics::LatencyHistogram residence;
+    metrics::LatencyHistogram& latency = first;
+    metrics::LatencyHistogram& residence = second;
+    latency.clear();
+    residence.clear();
     for (const auto& stats : run.replica_stats[static_cast<std::size_t>(node.index)]) {
-      residence.merge(stats->residence.snapshot());
+      stats->residence.merge_into(residence);
       s.processed += stats->processed.load(std::memory_order_relaxed);
       s.errors += stats->errors.load(std::memory_order_relaxed);
       s.restarts += stats->restarts.load(std::memory_order_relaxed);
@@ -103,18 +126,10 @@ RunReport build_report(const RunState& run) {
       s.queued += stats->queued.load(std::memory_order_relaxed);
       s.queue_peak = std::max<std::uint64_t>(s.queue_peak, stats->queue_peak.load(std::memory_order_relaxed));
       for (const auto& [name, value] : stats->counters()) s.counters[name] += value;
-      latency.merge(stats->latency());
+      stats->merge_latency_into(latency);
     }
-    s.latency = latency.summary();
-    for (double bound : kServiceBucketsS) {
-      s.latency_le.push_back(latency.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
-    }
-    s.latency_sum_s = latency.sum_ns() / 1e9;
-    s.residence = residence.summary();
-    for (double bound : kServiceBucketsS) {
-      s.residence_le.push_back(residence.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
-    }
-    s.residence_sum_s = residence.sum_ns() / 1e9;
+    s.latency = summarize(latency, s.latency_le, s.latency_sum_s);
+    s.residence = summarize(residence, s.residence_le, s.residence_sum_s);
     r.stages.push_back(std::move(s));
   }
   for (const auto& edge : g.edges) {
@@ -131,21 +146,19 @@ RunReport build_report(const RunState& run) {
       e.peak_retained = std::max<std::uint64_t>(e.peak_retained, side->peak_retained.load(std::memory_order_relaxed));
       e.replayed += side->replayed.load(std::memory_order_relaxed);
     }
-    metrics::LatencyHistogram hops;
-    metrics::LatencyHistogram held;
+    metrics::LatencyHistogram& hops = first;
+    metrics::LatencyHistogram& held = second;
+    hops.clear();
+    held.clear();
     for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
-      hops.merge(side->hops.snapshot());
-      held.merge(side->held.snapshot());
+      side->hops.merge_into(hops);
+      side->held.merge_into(held);
       e.delivered += side->delivered.load(std::memory_order_relaxed);
       e.refused += side->refused.load(std::memory_order_relaxed);
     }
     e.dropped += e.refused;
-    e.latency = hops.summary();
-    for (double bound : kServiceBucketsS) e.latency_le.push_back(hops.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
-    e.latency_sum_s = hops.sum_ns() / 1e9;
-    e.held = held.summary();
-    for (double bound : kServiceBucketsS) e.held_le.push_back(held.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
-    e.held_sum_s = held.sum_ns() / 1e9;
+    e.latency = summarize(hops, e.latency_le, e.latency_sum_s);
+    e.held = summarize(held, e.held_le, e.held_sum_s);
     r.edges.push_back(std::move(e));
   }
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {

@@ -349,15 +349,20 @@ TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLate
   EXPECT_EQ(steps["sink"], 40);
   const auto report = nlohmann::json::parse(slurp(dir.file("report.json")), nullptr, false);
   ASSERT_TRUE(report.is_object());
-  // One step in 16 is measured: 2000 / 16, but for the last few not handed over.
-  EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 90u);
+  // One step in 16 at most is measured (2000 / 16 = 125), fewer on a busy
+  // replica: about one in 0.5-2 ms (HopSampler), over a run of at least
+  // 2000 steps of 20 us, so some tens.
+  const auto measured = report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>();
+  EXPECT_GE(measured, 10u);
+  EXPECT_LE(measured, 126u);
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["p99"].get<double>(), 0.0);
   EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
-  // work/out -> sink/in: one envelope in 16 that work sends carries its send
-  // time; its hold on them (arrival at work -> sent) holds its 20 us step.
+  // work/out -> sink/in: one envelope in 16 at most that work sends carries
+  // its send time; its hold on them (arrival at work -> sent) holds its 20 us step.
   const auto& way = report["edges"][1]["latency_ms"];
   const auto& held = report["edges"][1]["held_ms"];
-  EXPECT_GT(way["count"].get<std::uint64_t>(), 90u);
+  EXPECT_GE(way["count"].get<std::uint64_t>(), 10u);
+  EXPECT_LE(way["count"].get<std::uint64_t>(), 126u);
   EXPECT_EQ(held["count"], way["count"]) << "the same envelopes";
   EXPECT_GE(held["p50"].get<double>(), 0.019) << "the producer's step is in its hold, not in the edge";
 }

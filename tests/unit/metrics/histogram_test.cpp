@@ -159,5 +159,46 @@ TEST(Histogram, CountAtMostCountsASampleOnceItsWholeBucketIsAtOrBelow) {
   }
 }
 
+TEST(Histogram, SummarizeGivesWhatSummaryAndCountAtMostGive) {
+  // Bounds below, between, at the edges of and above the samples, and as
+  // many histograms: empty, one sample, a spread, merged ones, the last bucket.
+  const std::vector<std::int64_t> bounds = {-1, 0, 10, 63, 64, 1039, 10'000, 50'000, 100'000, 500'000,
+                                            1'000'000, 5'000'000, 1'000'000'000, std::int64_t{1} << 50};
+  std::vector<LatencyHistogram> cases(5);
+  cases[1].record(1234567);
+  std::uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 5000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    cases[2].record(static_cast<std::int64_t>(x % 3'000'000));
+  }
+  cases[3].merge(cases[2]);
+  cases[3].merge(cases[1]);
+  cases[3].add_bucket(700, 3);
+  for (std::int64_t v = 0; v < 64; ++v) cases[4].record(v);
+  cases[4].record(std::int64_t{1} << 50);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const LatencyHistogram& h = cases[c];
+    std::vector<std::uint64_t> at_most(bounds.size(), 99);
+    const LatencySummary got = h.summarize(bounds.data(), bounds.size(), at_most.data());
+    const LatencySummary want = h.summary();
+    EXPECT_EQ(got.count, want.count) << c;
+    EXPECT_EQ(got.p50_ms, want.p50_ms) << c;
+    EXPECT_EQ(got.p99_ms, want.p99_ms) << c;
+    EXPECT_EQ(got.p999_ms, want.p999_ms) << c;
+    EXPECT_EQ(got.max_ms, want.max_ms) << c;
+    for (std::size_t i = 0; i < bounds.size(); ++i) EXPECT_EQ(at_most[i], h.count_at_most(bounds[i])) << c << " " << bounds[i];
+  }
+  EXPECT_EQ(cases[2].summary().count, 5000u) << "the cases are not empty";
+  // Cleared, one is as new.
+  cases[3].clear();
+  EXPECT_EQ(cases[3].count(), 0u);
+  EXPECT_EQ(cases[3].count_at_most(std::int64_t{1} << 50), 0u);
+  EXPECT_EQ(cases[3].sum_ns(), 0.0);
+  cases[3].record(5);
+  EXPECT_EQ(cases[3].quantile_ns(1.0), 5);
+}
+
 }  // namespace
 }  // namespace swarmflow::metrics

@@ -168,6 +168,84 @@ TEST(ReportJson, InvalidUtf8DoesNotBreakTheReport) {
   EXPECT_TRUE(j.at("error").is_string());
 }
 
+TEST(ReportJson, WrittenAsNlohmannDumpsItWithEveryPartFilled) {
+  // The report is written by hand (it is made at every look of the web view
+  // and top): it must be the text nlohmann's dump(2) makes of it, so every
+  // reader sees what it saw before. Doubles of every form, nulls, odd
+  // strings, and every part of the report.
+  RunReport r = sample_report();
+  r.error = "tab\there \"quoted\" back\\slash \x01 w\xc3\xb6rk \xe2\x82\xac \xf0\x9f\x98\x80";
+  r.duration_s = 12345678.0;
+  r.stages[1].residence = LatencySummary{3, 0.00012, 1e-7, 2.5e20, 1234567.125};
+  r.stages[1].histograms["size_mm"] = ValueSummary{4, 2.5, 0.001, 1e16, {{0.5, 1}, {12.0, 2}, {1e-5, 1}}};
+  r.edges[0].latency = LatencySummary{1, 0.1, 0.3, 1.0 / 3.0, 100.0};
+  UnitReport u;
+  u.id = "u\n0";
+  u.utilisation = 0.83;
+  u.speed = 1.0;
+  u.rejected_by_reason["bad_header"] = 4;
+  r.units.push_back(u);
+  u.id = "u1";
+  u.clock_known = true;
+  u.clock_offset_ms = -0.25;
+  u.clock_error_ms = 0.0;
+  r.units.push_back(u);
+  FailoverReport f;
+  f.unit = "u1";
+  f.moved = {"work/0", "sink/0"};
+  f.lost_why = {"src/0 was on it"};
+  r.failovers.push_back(f);
+  f.first_output_ms = 12.5;
+  r.failovers.push_back(f);
+  MoveReport m;
+  m.kind = "move";
+  m.stage = "work";
+  m.latency_p99_around_ms = 3.0;
+  r.moves.push_back(m);
+  ConsensusReport c;
+  c.stage = "vote";
+  c.decisions = 9;
+  c.added_latency_p99_ms = 0.75;
+  r.consensus.push_back(c);
+  ReplicaReport x;
+  x.stage = "work";
+  x.unit = "u1";
+  x.service_buckets = {1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
+  x.service_sum_s = 0.5;
+  r.replicas.push_back(x);
+  x.replica = 1;
+  x.standby = true;
+  r.replicas.push_back(x);
+  StageReport us;
+  us.id = "report";
+  us.type = "ultrasound.report";
+  us.counters = {{"frames", 10}, {"lesions_truth", 4}, {"lesions_truth.cyst", 2}, {"dice_sum_ppm", 3600000},
+                 {"dice_sum_ppm.cyst", 1800000}, {"facts", 12}, {"facts_right", 11}, {"latency_p99_us", 41500}};
+  r.stages.push_back(us);
+  const std::string text = r.to_json();
+  EXPECT_EQ(nlohmann::ordered_json::parse(text).dump(2), text);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_TRUE(j.at("units").at("u\n0").at("clock_offset_ms").is_null());
+  EXPECT_EQ(j.at("units").at("u1").at("clock_offset_ms"), -0.25);
+  EXPECT_TRUE(j.at("ultrasound").at("flow_error_mean").is_null()) << "no vessels: no ratio";
+  EXPECT_EQ(j.at("ultrasound").at("dice_by_type").at("cyst"), 0.9);
+  EXPECT_EQ(j.at("replicas").at(0).at("service_s").at("le").at("0.0001"), 3);
+  EXPECT_EQ(j.at("replicas").at(0).at("service_s").at("count"), 6);
+  EXPECT_EQ(j.at("stages").at("work").at("residence_ms").at("p999"), 2.5e20);
+  EXPECT_TRUE(RunReport{}.to_json() == nlohmann::ordered_json::parse(RunReport{}.to_json()).dump(2));
+}
+
+TEST(ReportJson, InvalidUtf8BecomesTheReplacementCharacter) {
+  RunReport r;
+  r.error = "a\xff" "b\xc3" "c\xed\xa0\x80" "d\xf4\x90\x80\x80" "e\xc3\xa9";
+  const auto j = nlohmann::json::parse(r.to_json());
+  const std::string e = j.at("error");
+  EXPECT_EQ(e.substr(0, 5), "a\xef\xbf\xbd" "b") << "a lone byte";
+  EXPECT_EQ(e.substr(e.size() - 3), "e\xc3\xa9") << "valid text stays";
+  EXPECT_EQ(e.find("\xed\xa0\x80"), std::string::npos) << "no surrogates";
+  EXPECT_EQ(e.find("\xf4\x90"), std::string::npos) << "nothing above U+10FFFF";
+}
+
 TEST(Report, StageAndEdgeLookup) {
   const RunReport r = sample_report();
   ASSERT_NE(r.stage("work"), nullptr);

@@ -99,9 +99,11 @@ TEST(HopFigures, OneStepInSixteenHasItsResidenceMeasuredAndEverySentSampleItsEdg
   SharedLatency edge;
   SharedLatency held;
   for (int i = 0; i < 64; ++i) {
-    // The producer stamps one envelope in 16 (ReplicaCore::send_dispatches).
+    // The producer stamps one envelope in 16 (ReplicaCore::send_dispatches);
+    // a step ends every millisecond (slow: the stride stays 16).
     const std::int64_t sent = i % kHopSampleEvery == 3 ? 7000 : 0;
-    record_hops(&residence, &edge, &held, nullptr, TraceStep{}, sent_at(header(1, 1000, {5000, 8000}), sent), 9500);
+    record_hops(&residence, &edge, &held, nullptr, TraceStep{}, sent_at(header(1, 1000, {5000, 8000}), sent),
+                9500 + i * 1'000'000);
   }
   residence.flush();
   edge.flush();
@@ -109,6 +111,35 @@ TEST(HopFigures, OneStepInSixteenHasItsResidenceMeasuredAndEverySentSampleItsEdg
   EXPECT_EQ(residence.snapshot().count(), 64u / kHopSampleEvery);
   EXPECT_EQ(edge.snapshot().count(), 64u / kHopSampleEvery);
   EXPECT_EQ(held.snapshot().count(), 64u / kHopSampleEvery) << "the same envelopes as the edge";
+}
+
+TEST(HopFigures, ABusyReplicaMeasuresAboutOneStepInHalfAMillisecondASlowOneEverySixteenth) {
+  HopSampler sampler;
+  std::int64_t now = 1'000'000'000;
+  auto run = [&](std::int64_t steps, std::int64_t step_ns) {
+    std::int64_t taken = 0;
+    for (std::int64_t i = 0; i < steps; ++i) {
+      now += step_ns;
+      if (sampler.due()) {
+        sampler.taken(now);
+        ++taken;
+      }
+    }
+    return taken;
+  };
+  // The first step, then every 16th while steps are slow (a step a millisecond).
+  EXPECT_EQ(run(64, 1'000'000), 4);
+  EXPECT_EQ(sampler.stride(), kHopSampleEvery);
+  // A million steps a second for a second: the stride grows until samples
+  // come 0.5-2 ms apart, so between 500 and 2000 of them (plus the few
+  // taken while it grew), not the 62 500 of one in 16.
+  const std::int64_t busy = run(1'000'000, 1'000);
+  EXPECT_GE(busy, 500);
+  EXPECT_LE(busy, 2100);
+  EXPECT_GE(sampler.stride(), 512u);
+  // Slow again: the stride comes back down to 16, never below.
+  run(2000, 1'000'000);
+  EXPECT_EQ(sampler.stride(), kHopSampleEvery);
 }
 
 TEST(HopFigures, AFullHopTraceIsNotMeasured) {

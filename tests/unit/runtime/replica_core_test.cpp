@@ -517,6 +517,30 @@ TEST(ReplicaCore, AnIdleReplicaReturnsWhatItOwesAfterAShortWhile) {
   EXPECT_EQ(h.effects.acks[1].released, 1);
 }
 
+TEST(ReplicaCore, AnIdleReplicaWhoseStepsAreSlowReturnsWhatItOwesAtOnce) {
+  // Steps of 2 ms: what feeds it comes slower still once it runs dry, so
+  // it does not wait the idle flush's millisecond to gather more acks.
+  std::string yaml = chain("block");
+  yaml.replace(yaml.find("type: test.pass,"), 16, "type: test.pass, params: {service_ms: 2},");
+  Harness h(yaml, "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  h.core->deliver(in, 0, blob(0));  // below the ack threshold
+  ASSERT_EQ(h.effects.acks.size(), 1U) << "returned with the step's end, not after a timer";
+  EXPECT_EQ(h.effects.acks[0].credits, 1);
+  EXPECT_EQ(h.effects.acks[0].released, 0);  // its output is not credited yet
+  EXPECT_TRUE(h.effects.flushes.empty());
+  h.core->ack(out, 0, 1, 1, 0);
+  ASSERT_EQ(h.effects.acks.size(), 2U) << "the release follows the sink's ack at once";
+  EXPECT_EQ(h.effects.acks[1].released, 1);
+  EXPECT_TRUE(h.effects.flushes.empty());
+  // Nothing owed, nothing more sent.
+  h.core->deliver(in, 0, blob(1));
+  h.core->deliver(in, 0, blob(2));
+  EXPECT_EQ(h.effects.credits_returned(), 3);
+}
+
 TEST(ReplicaCore, DropOldestDropsAtTheProducerAndReleasesWhatItDropped) {
   Harness h(chain("drop_oldest"), "mid");
   const int in = h.edge("src/out", "mid/in");
