@@ -60,6 +60,7 @@ struct Options {
   std::string json_path;           ///< write the results as JSON here when set
   std::string only;                ///< "raw" or "swarmflow": run one side only (for profiling)
   int observe_cost = 0;            ///< pairs of swarmflow runs unobserved / observed (0: none)
+  int look_ms = 100;               ///< observed runs: the report, JSON and /metrics text made every this often
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -76,8 +77,12 @@ bool parse(int argc, char** argv, Options& o) {
       text_flag("--json", "FILE", o.json_path, "also write the results as JSON to FILE"),
       text_flag("--only", "SIDE", o.only, "run only `raw` or only `swarmflow` (to profile one side)"),
       integer_flag("--observe-cost", "R", o.observe_cost,
-                   "also R throughput runs of swarmflow unobserved (no hop figures, nothing asks) and observed "
-                   "(hop figures, report + JSON + /metrics text every 100 ms), alternating (default 0)"),
+                   "also R pairs of throughput runs of swarmflow unobserved (no hop figures, nothing asks) and "
+                   "observed (hop figures, report + JSON + /metrics text every --look-ms), back to back, alternating "
+                   "which goes first; the median of the pairs' ratios and its spread (default 0)"),
+      integer_flag("--look-ms", "MS", o.look_ms,
+                   "observed runs make the report, its JSON and its /metrics text every MS ms (default 100; the web\n"
+                   "view and top ask every 1000, Prometheus every 5000-15000)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (!o.only.empty() && o.only != "raw" && o.only != "swarmflow") {
@@ -86,7 +91,7 @@ bool parse(int argc, char** argv, Options& o) {
   }
   if (o.threads <= 0) o.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   if (o.n <= 0 || o.latency_n <= 0 || o.rate_hz <= 0 || o.repeat <= 0 || o.window < 2 || o.capacity < 1 ||
-      o.payload_bytes < 0) {
+      o.payload_bytes < 0 || o.look_ms <= 0) {
     std::fprintf(stderr, "every count, rate and size must be positive (window at least 2)\n");
     return false;
   }
@@ -111,6 +116,7 @@ struct RunResult {
   /// credit; counted by swarmflow, and by design not an error. Raw CAF never drops.
   std::int64_t dropped = 0;
   double source_lag_ms = 0;  ///< raw, paced: the most the source fell behind its schedule
+  double cpu_s = 0;          ///< swarmflow: the process's CPU time over the run, every thread
   Latency latency;
   std::string problem;  ///< why the run is not ok, empty when it is
 };
@@ -331,8 +337,9 @@ std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
 /// `unobserved` without hop figures, `observed` with them and a Scraper.
 enum class Watch { plain, unobserved, observed };
 
-/// Mean time of one look of the Scraper in observed runs, in µs.
+/// Mean time (and CPU time) of one look of the Scraper in observed runs, in µs.
 double g_look_us_sum = 0;
+double g_look_cpu_us_sum = 0;
 int g_look_runs = 0;
 
 RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz, Watch watch = Watch::plain) {
@@ -349,12 +356,16 @@ RunResult run_swarmflow(const Options& o, std::int64_t n, double rate_hz, Watch 
   }
   {
     std::unique_ptr<swarmflow::bench::Scraper> scraper;
-    if (watch == Watch::observed) scraper = std::make_unique<swarmflow::bench::Scraper>(runtime, std::chrono::milliseconds(100));
+    const double cpu0 = swarmflow::bench::process_cpu_s();
+    if (watch == Watch::observed) scraper = std::make_unique<swarmflow::bench::Scraper>(runtime, std::chrono::milliseconds(o.look_ms));
     s = runtime.run();
     if (scraper && scraper->scrapes() > 0) {
       g_look_us_sum += scraper->look_us();
+      g_look_cpu_us_sum += scraper->look_cpu_us();
       ++g_look_runs;
     }
+    scraper.reset();  // a look under way counts too
+    r.cpu_s = swarmflow::bench::process_cpu_s() - cpu0;
   }
   const swarmflow::RunReport report = runtime.report();
   const auto* sink = report.stage("sink");
@@ -391,6 +402,9 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
 /// Messages per second of a run of n messages; 0 for a run that did not happen.
 double per_s(std::int64_t n, const RunResult& r) { return r.seconds > 0 ? static_cast<double>(n) / r.seconds : 0; }
+
+/// Messages per second of the process's CPU time (every thread); 0 when not measured.
+double per_cpu_s(std::int64_t n, const RunResult& r) { return r.cpu_s > 0 ? static_cast<double>(n) / r.cpu_s : 0; }
 
 /// "  [raw: ...] [swarmflow: ...]" for runs that are not ok, else empty.
 std::string problems(const RunResult& raw, const RunResult& sf) {
@@ -472,16 +486,23 @@ int main(int argc, char** argv) {
         static_cast<long long>(sf_lat.back().dropped), problems(raw_lat.back(), sf_lat.back()).c_str());
     std::fflush(stdout);
   }
-  // What watching costs: the same saturated run unobserved and observed,
-  // alternating which goes first.
+  // What watching costs: pairs of the same saturated run unobserved and
+  // observed, back to back, alternating which goes first; each pair's ratio.
   std::vector<RunResult> off_runs, on_runs;
+  swarmflow::bench::PairedRatios wall_pairs, cpu_pairs;
   for (int i = 0; i < o.observe_cost; ++i) {
     if (i % 2 == 1) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
     off_runs.push_back(run_swarmflow(o, o.n, 0, Watch::unobserved));
     if (i % 2 == 0) on_runs.push_back(run_swarmflow(o, o.n, 0, Watch::observed));
-    std::printf("  observe-cost run %d: unobserved %.0f msg/s, observed %.0f msg/s%s\n", i + 1,
-                per_s(o.n, off_runs.back()), per_s(o.n, on_runs.back()),
-                problems(off_runs.back(), on_runs.back()).c_str());
+    const RunResult& off = off_runs.back();
+    const RunResult& on = on_runs.back();
+    wall_pairs.add(per_s(o.n, on), per_s(o.n, off));
+    cpu_pairs.add(per_cpu_s(o.n, on), per_cpu_s(o.n, off));
+    std::printf("  observe-cost pair %d (%s first): unobserved %.0f msg/s, %.0f per CPU s; observed %.0f msg/s, "
+                "%.0f per CPU s; ratio %.3f, per CPU s %.3f%s\n",
+                i + 1, i % 2 == 1 ? "observed" : "unobserved", per_s(o.n, off), per_cpu_s(o.n, off), per_s(o.n, on),
+                per_cpu_s(o.n, on), ratio(per_s(o.n, on), per_s(o.n, off)),
+                ratio(per_cpu_s(o.n, on), per_cpu_s(o.n, off)), problems(off, on).c_str());
     std::fflush(stdout);
   }
   for (const auto* runs : {&off_runs, &on_runs}) {
@@ -530,23 +551,30 @@ int main(int argc, char** argv) {
   if (o.observe_cost > 0) {
     const double off = per_s(o.n, median_by(off_runs, by_seconds));
     const double on = per_s(o.n, median_by(on_runs, by_seconds));
-    std::printf("\nwhat watching costs (saturated, N=%lld, median of %d)  unobserved     observed   observed/unobserved\n",
+    const auto wall = wall_pairs.summary();
+    const auto cpu = cpu_pairs.summary();
+    std::printf("\nwhat watching costs (saturated, N=%lld, %d pairs)   unobserved     observed   observed/unobserved\n",
                 static_cast<long long>(o.n), o.observe_cost);
-    std::printf("  messages/s                      %12.0f   %12.0f   %8.3f\n", off, on, ratio(on, off));
+    std::printf("  messages/s, medians of the runs %12.0f   %12.0f   %8.3f\n", off, on, ratio(on, off));
+    std::printf("  per pair, messages/s:           %s\n", swarmflow::bench::PairedRatios::describe(wall).c_str());
+    std::printf("  per pair, messages per CPU s:   %s\n", swarmflow::bench::PairedRatios::describe(cpu).c_str());
     std::printf("  (observed: hop figures recorded, and the report, its JSON and its /metrics text made every\n"
-                "   100 ms; unobserved: neither)\n");
-    std::printf("  target: observed >= 0.98 x unobserved: %s (%.3f)\n", ratio(on, off) >= 0.98 ? "met" : "NOT met",
-                ratio(on, off));
+                "   %d ms; unobserved: neither; CPU s: the process's, every thread)\n", o.look_ms);
+    std::printf("  target: observed >= 0.98 x unobserved: %s (median of the pairs' ratios %.3f; its 95%% CI %s 0.98)\n",
+                wall.median >= 0.98 ? "met" : "NOT met", wall.median,
+                wall.ci_low >= 0.98 ? "lies above" : (wall.ci_high < 0.98 ? "lies below" : "reaches below"));
     // The same cost from its parts, which the machine's noise moves less:
     // measuring a step, against the time the chain spends per step, and one
-    // look, against the 100 ms between looks.
+    // look, against the time between looks.
     const double step_ns = swarmflow::bench::hop_figures_ns_per_step(20'000'000);
     const double chain_step_ns = off > 0 ? 1e9 * o.threads / (off * kHops) : 0;
     const double look_us = g_look_runs > 0 ? g_look_us_sum / g_look_runs : 0;
+    const double look_cpu_us = g_look_runs > 0 ? g_look_cpu_us_sum / g_look_runs : 0;
     std::printf("  from its parts: measuring a step %.2f ns (one in %llu recorded) = %.2f%% of the %.0f ns of worker\n"
-                "  time the chain spends per step; one look %.0f us every 100 ms = %.2f%% of one core\n",
+                "  time the chain spends per step; one look %.0f us (%.0f us of CPU) every %d ms = %.2f%% of one core\n",
                 step_ns, static_cast<unsigned long long>(swarmflow::runtime::kHopSampleEvery),
-                chain_step_ns > 0 ? 100 * step_ns / chain_step_ns : 0, chain_step_ns, look_us, look_us / 1e3);
+                chain_step_ns > 0 ? 100 * step_ns / chain_step_ns : 0, chain_step_ns, look_us, look_cpu_us, o.look_ms,
+                look_cpu_us / (10.0 * o.look_ms));
   }
   std::printf("\n  target: swarmflow throughput >= 0.70 x raw CAF: %s (%.2f)\n",
               ratio(sf_mps, raw_mps) >= 0.7 ? "met" : "NOT met", ratio(sf_mps, raw_mps));

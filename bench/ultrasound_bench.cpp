@@ -21,8 +21,11 @@
 //              both -> ultrasound.report (joined) -> lm.detokenize -> a sink
 //              that counts the lines: pipelines/ultrasound.yaml with the
 //              sink in place of io.jsonl, on its 4 units with its placement
-//              (a unit for each image stage, the report's tokens on one),
-//              on 4 units placed by the static policy
+//              (a unit for each image stage, the report's tokens on one)
+//              and its `transport: {in_process: direct}` (messages between
+//              the units go straight to the replicas' actors), the same
+//              over the inproc ZeroMQ transport (`zeromq`), on 4 units
+//              placed by the static policy
 //              alone (`spread`: every edge between two units), and on 1
 //              unit; worker threads as `swarmflow run` gives them (the
 //              cores shared among the units: on 2 cores 1 thread for each
@@ -65,6 +68,7 @@
 #include "ultrasound/ultrasound_image.hpp"
 #include "ultrasound/ultrasound_report.hpp"
 #include "ultrasound/ultrasound_score.hpp"
+#include "ultrasound/ultrasound_stages.hpp"
 #include "video/synthetic_ultrasound.hpp"
 #include "video/video.hpp"
 
@@ -81,9 +85,10 @@ struct Options {
   std::int64_t latency_n = 300; ///< frames of each latency run (at 30 fps)
   int repeat = 3;               ///< cost runs of each side; the median is reported
   std::string only;             ///< "cost" or "latency"
-  std::string side;             ///< cost runs of one side only: "plain", "4", "spread" or "1" (no ratio)
+  std::string side;             ///< cost runs of one side only: "plain", "4", "4z", "spread" or "1" (no ratio)
   int cv_threads = -1;          ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
   int unit_threads = 0;         ///< worker threads per unit (RuntimeOptions::threads); 0: as `swarmflow run`
+  bool latency_zeromq = false;  ///< the latency run's units talk over the inproc transport
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -94,19 +99,22 @@ bool parse(int argc, char** argv, Options& o) {
       integer_flag("--repeat", "R", o.repeat, "cost runs of each side, the median is reported (default 3)"),
       text_flag("--only", "WHAT", o.only, "run only `cost` or only `latency`"),
       text_flag("--side", "SIDE", o.side,
-                "cost runs of one side only, `plain`, `4`, `spread` or `1`, for a profiler; no ratio"),
+                "cost runs of one side only, `plain`, `4`, `4z` (4 over zeromq), `spread` or `1`, for a profiler; "
+                "no ratio"),
       integer_flag("--cv-threads", "T", o.cv_threads,
                    "OpenCV's own worker threads on both sides (cv::setNumThreads); default: OpenCV's"),
+      switch_flag("--latency-zeromq", o.latency_zeromq,
+                "the latency run's units talk over the inproc transport (in_process: zeromq), not directly"),
       integer_flag("--unit-threads", "T", o.unit_threads,
                    "worker threads per unit; default 0: as `swarmflow run`, the cores shared among the units "
                    "(on 2 cores: 1 each of 4 units, 2 for 1 unit)"),
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (o.n < 2 * kShortRun || o.latency_n < 4 || o.repeat <= 0 || (!o.only.empty() && o.only != "cost" && o.only != "latency") ||
-      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "spread" && o.side != "1") || o.unit_threads < 0) {
+      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "4z" && o.side != "spread" && o.side != "1") || o.unit_threads < 0) {
     std::fprintf(stderr,
                  "--n must be at least 8, --latency-n at least 4, --repeat positive, --only cost or latency, --side plain, 4, "
-                 "spread or 1, --unit-threads not negative\n");
+                 "4z, spread or 1, --unit-threads not negative\n");
     return false;
   }
   return true;
@@ -134,7 +142,7 @@ struct Result {
   std::int64_t frames = 0;
   std::int64_t lines = 0;
   std::int64_t tokens = 0;
-  std::uint64_t between_units = 0;  ///< messages the units sent each other (envelopes, acks, packs)
+  std::uint64_t between_units = 0;  ///< messages the units sent each other through the transport (envelopes, acks, packs)
   double facts = 0;  ///< fraction of report facts right
   double p50_ms = 0, p99_ms = 0, sink_p99_ms = 0;
   std::string problem;
@@ -146,21 +154,9 @@ struct Result {
 std::size_t stream_line(const swarmflow::ultrasound::ReportLine& line) {
   using namespace swarmflow;
   const std::vector<std::string> pieces = ultrasound::line_pieces(line.text);
-  const int no_vocabulary = -1;
-  const float certain = 1.0F, log_certain = 0.0F;
   std::string text;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    const bool final = k + 1 == pieces.size();
-    flatbuffers::FlatBufferBuilder fbb(160 + pieces[k].size(), &payload_allocator());
-    const auto ids = fbb.CreateVector(&no_vocabulary, 1);
-    const auto piece = fbb.CreateString(pieces[k]);
-    const auto piece_v = fbb.CreateVector(&piece, 1);
-    const auto conf = fbb.CreateVector(&certain, 1);
-    const auto lps = fbb.CreateVector(&log_certain, 1);
-    const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
-    fbb.Finish(schema::CreateTokens(fbb, ids, piece_v, k, conf, final, line.request, lps, reason),
-               schema::TokensIdentifier());
-    const PayloadPtr token = Payload::from_builder(fbb);
+    const PayloadPtr token = ultrasound::word_token(pieces[k], k, k + 1 == pieces.size(), line.request);
     const auto* t = flatbuffers::GetRoot<schema::Tokens>(token->data());
     text += t->pieces()->Get(0)->string_view();
   }
@@ -271,8 +267,9 @@ class LineCounter final : public swarmflow::Stage {
 /// pipelines/ultrasound.yaml, with `n` frames at `fps` (0: unpaced, every
 /// queue `block`, joins that wait 30 s) and a counting sink for io.jsonl. `pinned`: its
 /// placement (u0 the probe, the report and its lines, u1 enhance, u2
-/// segment, u3 flow); else the static policy's.
-std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
+/// segment, u3 flow); else the static policy's. `zeromq`: the units talk
+/// over the inproc transport, not directly as the example's do.
+std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned, bool zeromq) {
   const std::string q = fps > 0 ? "    queue: {capacity: 4, overflow: drop_oldest}\n" : "    queue: {capacity: 4, overflow: block}\n";
   // Unpaced, every frame is reported whole: a join waits as long as a
   // loaded machine may stall (the example's 500 ms, paced).
@@ -283,6 +280,7 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned) {
   return "pipeline: bench_ultrasound\n"
          "units: " + std::to_string(units) + "\n"
          "placement: {policy: static, interval_ms: 250}\n"
+         "transport: {in_process: " + std::string(zeromq ? "zeromq" : "direct") + "}\n"
          "stages:\n"
          "  - id: probe\n"
          "    type: video.source\n" + on("u0") +
@@ -321,7 +319,7 @@ std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
   return it == s->counters.end() ? 0 : it->second;
 }
 
-Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int threads) {
+Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int threads, bool zeromq = false) {
   swarmflow::RuntimeOptions ro;
   ro.threads = threads;
   swarmflow::Runtime runtime(ro);
@@ -330,7 +328,7 @@ Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int thr
   swarmflow::register_ultrasound_stages(runtime.registry());
   swarmflow::Status s = runtime.registry().add<LineCounter>("bench.lines", "counts the report's lines");
   std::vector<swarmflow::Diagnostic> diagnostics;
-  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units, pinned && units == 4), "bench_ultrasound.yaml",
+  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units, pinned && units == 4, zeromq), "bench_ultrasound.yaml",
                                          &diagnostics);
   if (!s.ok()) {
     std::fprintf(stderr, "the bench pipeline does not load: %s\n%s\n", s.message().c_str(),
@@ -388,17 +386,19 @@ int main(int argc, char** argv) {
       const char* name;
       int units;
       bool pinned;
+      bool zeromq;  ///< units talk over the inproc transport
       std::vector<Result> runs;
       std::vector<double> per_frame_s;  ///< CPU of the N-frame run less the short run's, over the frames between
       std::vector<double> fixed_s;      ///< the short run's CPU less its frames' share: start and stop
     };
-    std::vector<Side> sides = {{"plain", "plain OpenCV loop", 0, false, {}, {}, {}},
-                               {"4", "swarmflow, 4 units", 4, true, {}, {}, {}},
-                               {"spread", "4 units, spread", 4, false, {}, {}, {}},
-                               {"1", "swarmflow, 1 unit", 1, false, {}, {}, {}}};
+    std::vector<Side> sides = {{"plain", "plain OpenCV loop", 0, false, false, {}, {}, {}},
+                               {"4", "swarmflow, 4 units", 4, true, false, {}, {}, {}},
+                               {"4z", "4 units, zeromq", 4, true, true, {}, {}, {}},
+                               {"spread", "4 units, spread", 4, false, false, {}, {}, {}},
+                               {"1", "swarmflow, 1 unit", 1, false, false, {}, {}, {}}};
     auto run = [&](const Side& side, std::int64_t frames) {
       return side.units == 0 ? run_plain(frames, 0)
-                             : run_swarmflow(frames, 0, side.units, side.pinned, o.unit_threads);
+                             : run_swarmflow(frames, 0, side.units, side.pinned, o.unit_threads, side.zeromq);
     };
     for (int i = 0; i < o.repeat; ++i) {
       for (Side& side : sides) {
@@ -435,7 +435,7 @@ int main(int argc, char** argv) {
       if (with_plain) std::printf(" (x%.3f)", r.cpu_s / p.cpu_s);
       std::printf(", wall %6.2f", r.wall_s * 1e3 / n);
       if (with_plain) std::printf(" (x%.3f)", r.wall_s / p.wall_s);
-      std::printf(" | %.1f messages between units a frame | facts %.3f, %lld lines, %lld tokens\n",
+      std::printf(" | %.1f messages through the transport a frame | facts %.3f, %lld lines, %lld tokens\n",
                   static_cast<double>(r.between_units) / n, r.facts, static_cast<long long>(r.lines),
                   static_cast<long long>(r.tokens));
       // The same work on both sides: the same lines, word for word.
@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
     std::printf("\nlatency, paced at 30 fps, M=%lld frames, frame capture -> report line:\n",
                 static_cast<long long>(o.latency_n));
     const Result p = run_plain(o.latency_n, 30);
-    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads);
+    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads, o.latency_zeromq);
     for (const Result* r : {&p, &a}) {
       if (!r->ok) {
         std::printf("  a run failed: %s\n", r->problem.c_str());
@@ -458,7 +458,7 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-22s p50 %6.1f ms   p99 %6.1f ms\n", "plain OpenCV loop", p.p50_ms, p.p99_ms);
     std::printf("  %-22s p50 %6.1f ms   p99 %6.1f ms   (sink p99 %.1f ms; %lld frames reported, facts right %.3f)\n",
-                "swarmflow, 4 units", a.p50_ms, a.p99_ms, a.sink_p99_ms, static_cast<long long>(a.frames), a.facts);
+                o.latency_zeromq ? "4 units, zeromq" : "swarmflow, 4 units", a.p50_ms, a.p99_ms, a.sink_p99_ms, static_cast<long long>(a.frames), a.facts);
   }
   return ok ? 0 : 1;
 }

@@ -48,6 +48,13 @@ void DefectDetector::setup(StageSpec& s) {
           d.min_branch_mm, {0.0, 100.0});
   s.param(p.pair_mm, "pair_mm", "dark and bright strokes this close side by side are one two-toned mark, mm",
           d.pair_mm, {0.0, 10.0});
+  s.param(p.trace_evidence, "trace_evidence",
+          "a faint stroke followed along its length is a scratch when its ridge contrast stands this many robust "
+          "spreads above what the surface around it gives along the same direction",
+          d.trace_evidence, {0.0, 1000.0});
+  s.param(p.min_trace_contrast, "min_trace_contrast",
+          "ridge contrast of a faint stroke followed along its length, at least, percent of the local grey level",
+          d.min_trace_contrast, {0.0, 100.0});
   s.param(p.noise_tile_mm, "noise_tile_mm", "tile of the local noise estimate, mm", d.noise_tile_mm, {1.0, 200.0});
   s.param(p.saturation_level, "saturation_level", "grey level from which a pixel is saturated (a glint's core)",
           d.saturation_level, {1.0, 255.0});

@@ -20,7 +20,9 @@
 /// `noise_tile_mm` tile) thresholded with hysteresis at k_low / k_high, dark
 /// and bright apart; pieces within `join_mm` joined, strokes that continue
 /// one another across gaps up to `bridge_mm` joined; dark and bright strokes
-/// side by side (`pair_mm`) joined into one two-toned mark; regions
+/// side by side (`pair_mm`) joined into one two-toned mark; faint strokes
+/// followed along their own direction and judged on the evidence gathered
+/// along them (`trace_evidence`, `min_trace_contrast`); regions
 /// classified by features measured along their own centre line (arc length,
 /// elongation, jaggedness about a 2 mm moving average, branches, stretch-wise
 /// gradient coherence) and contrast; missing holes by placing the drawing's
@@ -53,6 +55,10 @@
 ///   coherence_mm         2.5   [0.1, 100]   stretch over which gradient coherence is measured
 ///   min_branch_mm        1.0   [0, 100]     two strands side by side this long: branched (crack)
 ///   pair_mm              0.5   [0, 10]      dark and bright strokes this close: one two-toned mark
+///   trace_evidence       5.0   [0, 1000]    a faint stroke followed along its length is a scratch
+///                                           when its ridge contrast stands this many robust spreads
+///                                           above what the surface around gives along its direction
+///   min_trace_contrast   5.0   [0, 100]     ...and is at least this, % of the local level
 ///   noise_tile_mm        8.0   [1, 200]     tile of the local noise estimate
 ///   saturation_level     250   [1, 255]     grey level of a saturated pixel (a glint's core)
 ///   min_glint_mm         0.4   (finder only) a glint's core is a round patch this wide or more

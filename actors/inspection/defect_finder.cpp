@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include <opencv2/imgproc.hpp>
@@ -334,7 +335,7 @@ std::vector<Region> hysteresis_regions(const cv::Mat& candidates, const cv::Mat&
 /// at the facing ends alone, so a curved stroke broken on its bend is joined
 /// as a straight one is. Regions are measured again after a join; weak
 /// regions left on their own are dropped.
-void bridge_collinear(std::vector<Region>& regions, double gap_px, double px_per_mm) {
+void bridge_collinear(std::vector<Region>& regions, double gap_px, double px_per_mm, std::vector<Region>* faint) {
   constexpr double kMinPiece = 6.0;    ///< px; shorter pieces have no reliable direction
   constexpr double kCosAngle = 0.94;   ///< cos 20 degrees
   auto stroke = [](const Region& r) { return r.pixels.size() >= 3 && r.extent >= kMinPiece && r.elongation >= 3.0; };
@@ -383,8 +384,9 @@ void bridge_collinear(std::vector<Region>& regions, double gap_px, double px_per
       }
     }
   }
-  regions.erase(std::remove_if(regions.begin(), regions.end(), [](const Region& r) { return !r.strong; }),
-                regions.end());
+  const auto weak = std::stable_partition(regions.begin(), regions.end(), [](const Region& r) { return r.strong; });
+  faint->insert(faint->end(), std::make_move_iterator(weak), std::make_move_iterator(regions.end()));
+  regions.erase(weak, regions.end());
 }
 
 /// Whether some pixel of `a` lies within `reach` px of some pixel of `b`.
@@ -498,6 +500,160 @@ void merge_polarities(std::vector<Region>& regions, int reach_px, double px_per_
   }
 }
 
+/// A faint stroke followed along its own direction: where a scratch is too
+/// faint for its pixels to pass the thresholds one by one, its evidence is
+/// gathered along it instead (a matched line filter that steers itself).
+struct StrokeTrace {
+  std::vector<cv::Point2d> centre;  ///< the samples of its centre line, in the residual's coordinates, in order
+  double ridge = 0;                 ///< mean ridge contrast over the samples, noise sigmas
+  double percent = 0;               ///< mean ridge contrast over the samples, percent of the local level
+  double span = 0;                  ///< length of the centre line, px
+};
+
+/// Follows strokes in `z` (residual in local noise sigmas) over `surface`
+/// (CV_8U, non-zero where inspected); `sigma` gives the local noise in
+/// percent. A segment's ridge contrast is the mean of its samples less the
+/// mean of two parallel lines `side_px` to either side, signed so that a mark
+/// of the polarity asked for is positive, and no more than the segment's own
+/// mean (so a blotch of the texture, dark across its whole width, scores
+/// little, and neither does the light strip between two dark strokes).
+class StrokeTracer {
+ public:
+  StrokeTracer(const cv::Mat& z, const cv::Mat& surface, const cv::Mat& sigma, double step_px, double side_px)
+      : z_(z), surface_(surface), sigma_(sigma), step_(static_cast<int>(std::lround(step_px))), side_(side_px) {}
+
+  /// The ridge contrast of `len` samples from `from` along `d` (unit), in
+  /// sigmas, and in percent in `percent`; NaN where a sample leaves the surface.
+  double ridge(cv::Point2d from, cv::Point2d d, int len, double sign, double* percent = nullptr) const {
+    const cv::Point2d n(-d.y * side_, d.x * side_);
+    double sum = 0, sum_pct = 0, own = 0;
+    for (int k = 0; k < len; ++k) {
+      const cv::Point2d c = from + d * static_cast<double>(k);
+      const int x = static_cast<int>(std::lround(c.x)), y = static_cast<int>(std::lround(c.y));
+      if (x < 0 || y < 0 || x >= z_.cols || y >= z_.rows || surface_.at<std::uint8_t>(y, x) == 0) {
+        return std::numeric_limits<double>::quiet_NaN();
+      }
+      const double centre = z_.at<float>(y, x);
+      // Both sides must lie on the surface: along the plate's edge band, a
+      // hole's ring or a glint, the shading of the edge cannot be told from
+      // a mark, and a stroke is not followed there.
+      const double sides = 0.5 * (at(c + n) + at(c - n));
+      if (std::isnan(sides)) return sides;
+      const double r = sign * (centre - sides);
+      sum += r;
+      own += sign * centre;
+      sum_pct += r * sigma_.at<float>(y, x);
+    }
+    if (percent != nullptr) *percent = sum_pct / len;
+    return std::min(sum, own) / len;
+  }
+
+  /// The spread of the ridge contrast of segments of `step` samples along
+  /// `d` over the surface in `area` (on a grid, away from the samples in
+  /// `avoid`): what texture and noise alone give along that direction,
+  /// there. Returns the robust sigma (1.4826 MAD about the median), 0 when
+  /// too few segments fit, and the median in `median`.
+  double null_spread(cv::Rect area, cv::Point2d d, double sign, const std::vector<cv::Point2d>& avoid,
+                     double* median) const {
+    thread_local std::vector<double> v;
+    v.clear();
+    area &= cv::Rect(0, 0, z_.cols, z_.rows);
+    // About a thousand segments, on a grid of at least 3 px.
+    const int grid = std::max(3, static_cast<int>(std::sqrt(static_cast<double>(area.area()) / 1000.0)));
+    const double keep_off = 2.0 * side_;
+    for (int y = area.y; y < area.y + area.height; y += grid) {
+      for (int x = area.x; x < area.x + area.width; x += grid) {
+        const cv::Point2d c(x, y);
+        bool near = false;
+        for (std::size_t k = 0; k < avoid.size() && !near; k += 2) {
+          near = std::abs(avoid[k].x - c.x) + std::abs(avoid[k].y - c.y) < keep_off + step_;
+        }
+        if (near) continue;
+        const double r = ridge(c - d * (step_ / 2.0), d, step_, sign);
+        if (!std::isnan(r)) v.push_back(r);
+      }
+    }
+    *median = 0;
+    if (v.size() < 50) return 0;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    *median = *mid;
+    for (auto& x : v) x = std::abs(x - *median);
+    std::nth_element(v.begin(), mid, v.end());
+    return 1.4826 * *mid;
+  }
+
+  /// The best direction through `p` (a segment of 2 `step` + 1 samples
+  /// centred on it), out of 24; its ridge contrast in `score`.
+  cv::Point2d best_direction(cv::Point2d p, double sign, double* score) const {
+    cv::Point2d best(1, 0);
+    *score = -1e9;
+    for (int a = 0; a < 24; ++a) {
+      const double t = a * CV_PI / 24;
+      const cv::Point2d d(std::cos(t), std::sin(t));
+      const double r = ridge(p - d * static_cast<double>(step_), d, 2 * step_ + 1, sign);
+      if (r > *score) {
+        *score = r;
+        best = d;
+      }
+    }
+    return best;
+  }
+
+  /// Follows the stroke from `p` along `d` while a segment of `step`
+  /// samples, turned by up to 15 degrees and moved by up to a pixel across,
+  /// keeps a ridge contrast of `min_ridge`; one segment that falls short is
+  /// bridged if the next one holds. Appends the samples to `t`.
+  void follow(cv::Point2d p, cv::Point2d d, double sign, double min_ridge, int max_steps, StrokeTrace* t) const {
+    int misses = 0;
+    for (int s = 0; s < max_steps; ++s) {
+      double best = -1e9, best_pct = 0;
+      cv::Point2d best_from, best_d;
+      for (int a = -3; a <= 3; ++a) {
+        const double turn = a * 5.0 * CV_PI / 180;
+        const cv::Point2d e(d.x * std::cos(turn) - d.y * std::sin(turn), d.x * std::sin(turn) + d.y * std::cos(turn));
+        for (int o = -1; o <= 1; ++o) {
+          const cv::Point2d from = p + cv::Point2d(-d.y, d.x) * static_cast<double>(o) + e;
+          double pct = 0;
+          const double r = ridge(from, e, step_, sign, &pct);
+          if (r > best) {  // NaN never wins
+            best = r;
+            best_pct = pct;
+            best_from = from;
+            best_d = e;
+          }
+        }
+      }
+      if (best < min_ridge) {
+        if (++misses > 1 || best < -1e8) break;
+        p += d * static_cast<double>(step_);
+        continue;
+      }
+      misses = 0;
+      for (int k = 0; k < step_; ++k) t->centre.push_back(best_from + best_d * static_cast<double>(k));
+      t->ridge += best * step_;
+      t->percent += best_pct * step_;
+      p = best_from + best_d * static_cast<double>(step_ - 1);
+      d = best_d;
+    }
+  }
+
+ private:
+  /// z at `c`, NaN off the surface.
+  double at(cv::Point2d c) const {
+    const int x = static_cast<int>(std::lround(c.x)), y = static_cast<int>(std::lround(c.y));
+    if (x < 0 || y < 0 || x >= z_.cols || y >= z_.rows || surface_.at<std::uint8_t>(y, x) == 0) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    return z_.at<float>(y, x);
+  }
+  const cv::Mat& z_;
+  const cv::Mat& surface_;
+  const cv::Mat& sigma_;
+  int step_;
+  double side_;
+};
+
 /// A specular glint: a compact patch of saturated pixels and the bright
 /// halo around it, in the coordinates of the reduced copy.
 struct GlintZone {
@@ -505,6 +661,16 @@ struct GlintZone {
 };
 
 constexpr int kReduce = 4;     ///< the background is estimated on a copy reduced this much
+// Following faint strokes (see StrokeTracer):
+constexpr double kTraceStepMm = 0.8;      ///< a stroke is followed in straight segments this long
+constexpr double kTraceSideMm = 0.3;      ///< its ridge contrast is taken against lines this far to either side
+constexpr double kTraceStepSigmas = 2.0;  ///< each segment's ridge contrast, local noise sigmas
+constexpr double kTraceMaxMm = 60.0;      ///< a stroke is followed this far at most, each way
+constexpr double kTraceNullMm = 4.0;      ///< the surface this far around a stroke gives its null
+constexpr double kTraceFaint = 1.25;      ///< regions left out are followed when their mean contrast is below this
+                                          ///< times min_scratch_sigmas (faint); clearer ones were judged on their shape
+constexpr double kTraceIsotropic = 1.2;   ///< texture whose spread along a stroke is up to this times that across is
+                                          ///< taken as the same both ways
 constexpr int kMinWeakPx = 6;  ///< shortest weak piece kept for bridging
 
 /// The weighted mean of `small` over a `window`, where `weight` (CV_32F,
@@ -926,7 +1092,8 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
     }
     for (auto& r : weak) regions.push_back(std::move(r));
   }
-  bridge_collinear(regions, p.bridge_mm * px_per_mm, px_per_mm);
+  std::vector<Region> faint;  // stroke-like pieces that stayed below k_high: where faint strokes are followed from
+  bridge_collinear(regions, p.bridge_mm * px_per_mm, px_per_mm, &faint);
   merge_polarities(regions, std::max(2, static_cast<int>(std::lround(p.pair_mm * px_per_mm))), px_per_mm);
 
   // -- classification -----------------------------------------------------------------
@@ -1016,6 +1183,134 @@ DefectFinding find_defects(const cv::Mat& grey, const DefectFinderParams& p) {
         joined = true;
       }
     }
+  }
+  // -- faint strokes, followed along their direction --------------------------------
+  // A faint scratch in a dim part of the plate breaks into pieces that pass
+  // the thresholds pixel by pixel only here and there. From each piece that
+  // classification left out, and each faint stroke-like piece, the stroke
+  // is followed along its own direction (StrokeTracer) and judged on the
+  // evidence gathered along it: long enough for a scratch, smooth, a mean
+  // ridge contrast of `min_trace_contrast` percent, and `trace_evidence`
+  // robust spreads above what the surface around it gives along the same
+  // direction (so the metal's brushed texture, which a line filter also
+  // follows for some millimetres, is measured against itself).
+  std::vector<Region> added;
+  {
+    const double step = std::max(4.0, kTraceStepMm * px_per_mm);
+    const StrokeTracer tracer(z, mask, sigma_map, step, std::max(2.0, kTraceSideMm * px_per_mm));
+    const int max_steps = static_cast<int>(std::ceil(kTraceMaxMm * px_per_mm / step));
+    const int pair = std::max(2, static_cast<int>(std::lround(p.pair_mm * px_per_mm)));
+    // A region left out with the contrast of a clear mark had evidence
+    // enough pixel by pixel, and was left out for its shape (a zig-zag too
+    // fine to resolve, a blotch): following it would smooth that away.
+    const double faint_mean = kTraceFaint * p.min_scratch_sigmas;
+    std::vector<const Region*> seeds;
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      if (classes[i].empty() && regions[i].pixels.size() >= 3 && regions[i].mean < faint_mean) {
+        seeds.push_back(&regions[i]);
+      }
+    }
+    for (const auto& f : faint) seeds.push_back(&f);
+    std::stable_sort(seeds.begin(), seeds.end(), [](const Region* a, const Region* b) { return a->peak > b->peak; });
+    std::vector<cv::Point2d> followed;  // every sample of every stroke followed: not followed again
+    // The regions of `seeds` point into `regions`, which grows only after
+    // this loop (`added`).
+    for (const Region* seed_region : seeds) {
+      const Region& r = *seed_region;
+      const auto top = static_cast<std::size_t>(std::max_element(r.values.begin(), r.values.end()) - r.values.begin());
+      const cv::Point2d seed = cv::Point2d(r.pixels[top] - roi.tl());
+      if (std::any_of(followed.begin(), followed.end(), [&](cv::Point2d c) { return cv::norm(c - seed) < 3.0; })) {
+        continue;
+      }
+      const double sign = r.dark ? -1.0 : 1.0;
+      double score = 0;
+      const cv::Point2d d = tracer.best_direction(seed, sign, &score);
+      if (!(score >= kTraceStepSigmas)) continue;
+      StrokeTrace back, ahead;
+      tracer.follow(seed, -d, sign, kTraceStepSigmas, max_steps, &back);
+      tracer.follow(seed, d, sign, kTraceStepSigmas, max_steps, &ahead);
+      StrokeTrace t;
+      t.centre.assign(back.centre.rbegin(), back.centre.rend());
+      t.centre.push_back(seed);
+      t.centre.insert(t.centre.end(), ahead.centre.begin(), ahead.centre.end());
+      followed.insert(followed.end(), t.centre.begin(), t.centre.end());
+      const auto samples = static_cast<double>(back.centre.size() + ahead.centre.size());
+      if (samples <= 0) continue;
+      t.ridge = (back.ridge + ahead.ridge) / samples;
+      t.percent = (back.percent + ahead.percent) / samples;
+      for (std::size_t k = 1; k < t.centre.size(); ++k) t.span += cv::norm(t.centre[k] - t.centre[k - 1]);
+      if (t.span < p.min_scratch_mm * px_per_mm || t.percent < p.min_trace_contrast) continue;
+      Region stroke;
+      stroke.dark = r.dark;
+      for (const auto& c : t.centre) {
+        const cv::Point q(static_cast<int>(std::lround(c.x)) + roi.x, static_cast<int>(std::lround(c.y)) + roi.y);
+        if (!stroke.pixels.empty() && stroke.pixels.back() == q) continue;
+        stroke.pixels.push_back(q);
+        stroke.values.push_back(static_cast<float>(t.ridge));
+      }
+      measure(stroke, px_per_mm);
+      if (stroke.jaggedness > p.crack_jaggedness) continue;
+      // What the surface around gives along the same direction.
+      const cv::Point2d chord = t.centre.back() - t.centre.front();
+      const cv::Point2d dir = chord * (1.0 / std::max(1.0, cv::norm(chord)));
+      const int around = static_cast<int>(std::lround(kTraceNullMm * px_per_mm));
+      const cv::Rect area(stroke.box.x - roi.x - around, stroke.box.y - roi.y - around, stroke.box.width + 2 * around,
+                          stroke.box.height + 2 * around);
+      double median = 0, median_across = 0;
+      const double spread = tracer.null_spread(area, dir, sign, t.centre, &median);
+      const double evidence = spread > 0 ? (t.ridge - median) / spread : 0.0;
+      if (evidence < p.trace_evidence) continue;
+      // Texture that runs along the stroke (brushed metal) strings its
+      // streaks together from segment to segment, so the stroke's mean does
+      // not average its noise down as it does across isotropic texture: the
+      // evidence asked grows with the spread along over the spread across.
+      const double across = tracer.null_spread(area, cv::Point2d(-dir.y, dir.x), sign, t.centre, &median_across);
+      const double grain = across > 0 ? spread / across : 1.0;
+      if (grain > kTraceIsotropic && evidence < p.trace_evidence * grain / kTraceIsotropic) continue;
+      // The same mark as scratches already found (a scratch found in part,
+      // in pieces, or one wall of a two-toned one): they become one scratch
+      // over the stroke's extent. Next to a pit or a crack it is left out.
+      std::vector<std::size_t> near;
+      bool other = false;
+      for (std::size_t j = 0; j < regions.size(); ++j) {
+        if (classes[j].empty() || regions[j].pixels.empty() || !within(stroke, regions[j], pair)) continue;
+        if (classes[j] == "scratch") {
+          near.push_back(j);
+        } else {
+          other = true;
+        }
+      }
+      if (other) continue;
+      // Or a stroke followed already, from another of its pieces.
+      const auto again = std::find_if(added.begin(), added.end(), [&](const Region& a) { return within(stroke, a, pair); });
+      if (again != added.end()) {
+        again->box |= stroke.box;
+        continue;
+      }
+      if (!near.empty()) {
+        Region& keep = regions[near.front()];
+        keep.box |= stroke.box;
+        for (std::size_t k = 1; k < near.size(); ++k) {
+          Region& gone = regions[near[k]];
+          keep.box |= gone.box;
+          keep.pixels.insert(keep.pixels.end(), gone.pixels.begin(), gone.pixels.end());
+          keep.peak = std::max(keep.peak, gone.peak);
+          gone.pixels.clear();  // one finding now, with `keep`
+          gone.values.clear();
+        }
+        continue;
+      }
+      // Its score: as if it had just reached k_high (it passed on evidence
+      // of its own); its mean contrast is the ridge contrast gathered along it.
+      stroke.peak = std::max(r.peak, high);
+      stroke.mean = t.ridge;
+      stroke.coherence = orientation_coherence(g, roi.tl(), stroke, chunk);
+      added.push_back(std::move(stroke));
+    }
+  }
+  for (auto& a : added) {
+    regions.push_back(std::move(a));
+    classes.emplace_back("scratch");
   }
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const Region& r = regions[i];

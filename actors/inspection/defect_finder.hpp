@@ -35,7 +35,23 @@
 ///     clearly incoherent -> crack, with the dark strokes within
 ///     `crack_gap_mm` of it; anything else is texture or noise and is
 ///     dropped;
-///  8. missing holes: the plate's size identifies its drawing (part_drawings),
+///  8. faint strokes: from each faint region that classification left out
+///     (a clearer one was judged on its shape), and each faint stroke-like
+///     piece, the stroke is followed along its own
+///     direction in segments of 0.8 mm, each turned by up to 15 degrees and
+///     moved by up to a pixel across, while a segment's ridge contrast (its
+///     mean less that of parallel lines 0.3 mm to either side, the mark's
+///     polarity on both counts) holds 2 local noise sigmas; one short
+///     segment is bridged. A stroke so followed is a scratch when it is at
+///     least `min_scratch_mm` long, smooth, at least `min_trace_contrast`
+///     percent, and its mean ridge contrast stands `trace_evidence` robust
+///     spreads above what segments of the surface within 4 mm of it give
+///     along the same direction (so texture that runs one way, as brushed
+///     metal does, is measured against itself), more in proportion where
+///     that spread exceeds 1.2 times the spread across the stroke (texture
+///     running along it strings its streaks together). Scratches already
+///     found on it become one scratch over its extent;
+///  9. missing holes: the plate's size identifies its drawing (part_drawings),
 ///     the drawing's holes are placed with the plate's pose, and a drawn hole
 ///     with no hole found near it, where the image shows metal, is a
 ///     missing_hole.
@@ -90,6 +106,10 @@ struct DefectFinderParams {
   double min_branch_mm = 1.0;         ///< a stroke that runs as two strands for this long is branched (a crack)
   double pair_mm = 0.5;               ///< dark and bright strokes this close side by side are one two-toned mark
   double crack_gap_mm = 1.0;          ///< dark strokes this close to a crack are pieces of it
+  double trace_evidence = 5.0;        ///< a faint stroke followed along its length is a scratch when its mean ridge
+                                      ///< contrast stands this many robust spreads above what the surface around
+                                      ///< it gives along the same direction...
+  double min_trace_contrast = 5.0;    ///< ...and is at least this much, percent of the local level
   double noise_tile_mm = 8.0;         ///< tile of the local noise estimate
   double saturation_level = 250;      ///< grey level from which a pixel is saturated (a glint's core)
   double min_glint_mm = 0.4;          ///< a glint's saturated core is a round patch at least this wide

@@ -52,6 +52,31 @@ bool SequenceChecker::load(const std::string& text) {
   return true;
 }
 
+bool SequenceChecker::take(std::uint64_t stream, std::string& out) {
+  const auto it = streams_.find(stream);
+  if (it == streams_.end()) return false;
+  out = std::to_string(stream) + " " + std::to_string(it->second.next);
+  for (std::uint64_t m : it->second.missing) out += " " + std::to_string(m);
+  streams_.erase(it);
+  return true;
+}
+
+bool SequenceChecker::give(std::uint64_t stream, const std::string& text) {
+  SequenceChecker one;
+  if (!one.load(text) || one.streams_.size() != 1 || one.streams_.begin()->first != stream) return false;
+  streams_[stream] = std::move(one.streams_.begin()->second);
+  return true;
+}
+
+bool SimSink::take_key(std::uint64_t key, std::string& out) { return checker_.take(key, out); }
+
+Status SimSink::give_key(std::uint64_t key, const std::string& state) {
+  if (!checker_.give(key, state)) {
+    return Status::error("sim.sink: state of stream " + std::to_string(key) + " it cannot read", StatusCode::invalid_argument);
+  }
+  return {};
+}
+
 bool SimSink::snapshot(std::string& out) const {
   out = checker_.save();
   return true;

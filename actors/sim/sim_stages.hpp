@@ -86,6 +86,9 @@ class SequenceChecker {
   /// Its state as text ("stream next missing..." per line), and back.
   std::string save() const;
   bool load(const std::string& text);
+  /// One stream's state, taken out (false: none), or put in.
+  bool take(std::uint64_t stream, std::string& out);
+  bool give(std::uint64_t stream, const std::string& text);
 
  private:
   struct StreamState {
@@ -103,6 +106,11 @@ class SimSink final : public Stage {
   /// Per-stream sequence state: a failover carries on checking.
   bool snapshot(std::string& out) const override;
   Status restore(const std::string& state) override;
+  /// Its state is per stream: keyed by stream, a stream can go to another
+  /// replica and be checked on there.
+  const char* state_key() const override { return "stream"; }
+  bool take_key(std::uint64_t key, std::string& out) override;
+  Status give_key(std::uint64_t key, const std::string& state) override;
 
  private:
   InputPort<schema::Blob> in_;

@@ -348,22 +348,10 @@ void Report::emit_line(const ReportLine& line, Outputs& out) {
   EnvelopeHeader h = out.base_header();
   h.stream = line.request;
   h.confidence = 1.0F;
-  const int no_vocabulary = -1;
-  const float certain = 1.0F, log_certain = 0.0F;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    const bool final = k + 1 == pieces.size();
-    flatbuffers::FlatBufferBuilder fbb(160 + pieces[k].size(), &payload_allocator());
-    const auto ids = fbb.CreateVector(&no_vocabulary, 1);
-    const auto piece = fbb.CreateString(pieces[k]);
-    const auto piece_v = fbb.CreateVector(&piece, 1);
-    const auto conf = fbb.CreateVector(&certain, 1);
-    const auto lps = fbb.CreateVector(&log_certain, 1);
-    const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
-    fbb.Finish(schema::CreateTokens(fbb, ids, piece_v, k, conf, final, line.request, lps, reason),
-               schema::TokensIdentifier());
     h.seq = k;
     h.vote_key = piece_key(pieces[k]);
-    out.emit(findings_, Payload::from_builder(fbb), h);
+    out.emit(findings_, word_token(pieces[k], k, k + 1 == pieces.size(), line.request), h);
   }
   tokens_sent_ += pieces.size();
   ++findings_sent_;
@@ -550,6 +538,21 @@ void Report::print_summary() const {
   std::printf("  latency frame capture -> report line: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
               static_cast<double>(p50) / 1000, static_cast<double>(p99) / 1000, latency_max_ms_);
   std::fflush(stdout);
+}
+
+PayloadPtr word_token(const std::string& piece, std::size_t position, bool final, std::uint64_t request) {
+  const int no_vocabulary = -1;
+  const float certain = 1.0F, log_certain = 0.0F;
+  flatbuffers::FlatBufferBuilder fbb(160 + piece.size(), &payload_allocator());
+  const auto ids = fbb.CreateVector(&no_vocabulary, 1);
+  const auto text = fbb.CreateString(piece);
+  const auto pieces = fbb.CreateVector(&text, 1);
+  const auto conf = fbb.CreateVector(&certain, 1);
+  const auto lps = fbb.CreateVector(&log_certain, 1);
+  const auto reason = final ? fbb.CreateString("stop") : flatbuffers::Offset<flatbuffers::String>();
+  fbb.Finish(schema::CreateTokens(fbb, ids, pieces, position, conf, final, request, lps, reason),
+             schema::TokensIdentifier());
+  return Payload::from_builder(fbb);
 }
 
 }  // namespace swarmflow::ultrasound

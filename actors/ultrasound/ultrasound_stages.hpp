@@ -206,4 +206,9 @@ class Report final : public Stage {
   double latency_max_ms_ = 0;
 };
 
+/// Word `position` of a report line as `ultrasound.report` streams it: one
+/// Tokens payload, no vocabulary id, certain, the last word final with
+/// finish_reason "stop".
+PayloadPtr word_token(const std::string& piece, std::size_t position, bool final, std::uint64_t request);
+
 }  // namespace swarmflow::ultrasound

@@ -128,6 +128,10 @@ struct EnvelopeHeader {
   std::uint64_t part_id = 0;    ///< the physical item the data is about (a part on a conveyor); 0 = none
   std::uint8_t hop_count = 0;   ///< valid entries of hop_ns
   std::array<std::int64_t, kMaxHops> hop_ns{};  ///< arrival time at each stage, oldest first
+  /// Steady-clock time it left its producer on the edge it last came over
+  /// (after any wait for credit there); 0 = not stamped. Set by the runtime
+  /// when it measures latency per hop; a stage has no use for it.
+  std::int64_t sent_ns = 0;
 
   /// Appends an arrival time; the oldest times are kept when the trace is full.
   void add_hop(std::int64_t t_ns) {

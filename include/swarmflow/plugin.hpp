@@ -32,7 +32,7 @@
 /// The plugin ABI: the layout of `PluginDescriptor` and of the types a stage
 /// sees (Stage, StageSpec, Registry, ports, envelopes). Raised whenever one of
 /// them changes incompatibly.
-#define SWARMFLOW_PLUGIN_ABI 1
+#define SWARMFLOW_PLUGIN_ABI 2  // 2: Stage gained state_key, take_key, give_key
 
 #define SWARMFLOW_PLUGIN_STR_(x) #x
 #define SWARMFLOW_PLUGIN_STR(x) SWARMFLOW_PLUGIN_STR_(x)

@@ -95,13 +95,20 @@ struct EdgeReport {
   /// (its figures died with it); what the new replica received again is.
   std::uint64_t replayed = 0;
   std::string overflow;              ///< the edge's policy: block, drop_oldest or drop_newest
-  /// Hop latency: from an envelope's arrival at the producer (its capture,
-  /// for a source's) to its arrival at the consumer, so the producer's
-  /// residence and the way over the edge; across processes with their clock
-  /// offset corrected. The histogram as for StageReport::latency_le.
+  /// Hop latency: from the moment an envelope left the producer (after any
+  /// wait for credit there) to its arrival at the consumer: the way over
+  /// the edge; across processes with their clock offset corrected. The
+  /// histogram as for StageReport::latency_le.
   LatencySummary latency;
   std::vector<std::uint64_t> latency_le;
   double latency_sum_s = 0;
+  /// The producer's hold on what it sent on this edge: from an envelope's
+  /// arrival at the producer (its capture, for a source's) to the moment it
+  /// left (its queue, its step and any wait for credit). Measured on the
+  /// same envelopes as `latency`; the histogram as for `latency_le`.
+  LatencySummary held;
+  std::vector<std::uint64_t> held_le;
+  double held_sum_s = 0;
 };
 
 /// One unit's data plane: what crossed it and what was refused.

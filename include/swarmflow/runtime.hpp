@@ -111,8 +111,9 @@ class Runtime {
 
   // -- placement while the run goes on (docs/placement.md) ----------------
   /// Sets a unit's speed factor from now on (as `scenario:` does at given
-  /// times): `sim.*` stages there take 1/speed as long. A unit of this
-  /// process; after start. Safe from any thread.
+  /// times): every step there takes 1/speed as long (StageContext::speed()).
+  /// A unit of this process; any time after load (before start, it holds
+  /// from the start). Safe from any thread.
   Status set_unit_speed(const std::string& unit, double speed);
   /// Moves replica `replica` of `stage` to `unit`, without losing,
   /// repeating or reordering anything (it drains first). Queued behind any

@@ -319,7 +319,11 @@ class StageContext {
   virtual int replica_count() const = 0;
   /// Steady-clock time in nanoseconds.
   virtual std::int64_t now_ns() const = 0;
-  /// The unit's speed factor (1 = nominal); `sim.*` stages scale their work by it.
+  /// The unit's speed factor (1 = nominal). Below 1 the runtime holds the
+  /// replica's thread after each step for as long again as 1/speed asks, so
+  /// every stage runs slower on a slowed unit; a stage that reads the speed
+  /// in a step applies it itself (`sim.*` stages scale their work by it,
+  /// faster too) and is not held.
   virtual double speed() const = 0;
   /// True once the run is stopping; a source should return end of stream.
   virtual bool stop_requested() const = 0;
@@ -384,6 +388,25 @@ class Stage {
   /// took over work in hand calls `defer_until` on the context `start` gave
   /// it, to be called again and go on with it.
   virtual Status restore(const std::string& /*state*/) { return Status::error("restore not supported"); }
+
+  // -- state kept per key (docs/placement.md "Keys with state") ----------
+  /// A stateful stage whose state is kept per key, where each key's
+  /// envelopes read and change only that key's state, names the header
+  /// field its state is keyed by: "stream", "part_id" or "seq". Where that
+  /// is the stage's `key:`, the placement may hand single keys to another
+  /// replica, each with its state (take_key here, give_key there). Null
+  /// (the default): its keys stay with their replica, which moves whole.
+  virtual const char* state_key() const { return nullptr; }
+  /// Writes the state of key `key` to `out` and forgets it: the key goes to
+  /// another replica, and its envelopes no longer come here. False when it
+  /// keeps nothing for the key. Between steps, after every envelope of the
+  /// key sent here was processed.
+  virtual bool take_key(std::uint64_t /*key*/, std::string& /*out*/) { return false; }
+  /// Takes over key `key` with the state take_key wrote on another replica,
+  /// before the key's next envelope. An error fails the run. Between steps.
+  virtual Status give_key(std::uint64_t /*key*/, const std::string& /*state*/) {
+    return Status::error("give_key not supported");
+  }
 };
 
 }  // namespace swarmflow

@@ -193,8 +193,9 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
   bool hops = false;
   for (const auto& s : r.stages) hops = hops || s.residence.count > 0;
   if (hops) {
-    out += format("\n  %-32s %10s %9s %9s   (residence: arrival -> end of step)\n", "latency per hop", "count",
-                  "p50 ms", "p99 ms");
+    out += format("\n  %-32s %10s %9s %9s   (at a stage: arrival -> end of step; an edge: sent -> arrival;\n"
+                  "  %-32s %10s %9s %9s    held: arrival at the producer -> sent)\n",
+                  "latency per hop", "count", "p50 ms", "p99 ms", "", "", "", "");
     for (const auto& s : r.stages) {
       if (s.residence.count == 0) continue;
       out += format("  %-32s %10" PRIu64 " %9.3f %9.3f\n", ("at " + s.id).c_str(), s.residence.count,
@@ -204,6 +205,9 @@ std::string summary_table(const RunReport& r, const std::set<std::string>& keyed
       if (e.latency.count == 0) continue;
       out += format("  %-32s %10" PRIu64 " %9.3f %9.3f\n", (e.from + " -> " + e.to).c_str(), e.latency.count,
                     e.latency.p50_ms, e.latency.p99_ms);
+      if (e.held.count == 0) continue;
+      out += format("  %-32s %10" PRIu64 " %9.3f %9.3f\n", ("  held for it at " + e.from).c_str(), e.held.count,
+                    e.held.p50_ms, e.held.p99_ms);
     }
   }
   std::string clocks;

@@ -44,7 +44,7 @@ const char* web_view_page() {
 <table id="stages"><thead><tr><th>stage</th><th>replicas</th><th>processed</th><th>rate/s</th><th>queued</th>
   <th>errors</th><th>p99 step ms</th><th>p50 / p99 residence ms</th></tr></thead><tbody></tbody></table>
 <h2>Edges</h2>
-<table id="edges"><thead><tr><th>edge</th><th>sent</th><th>rate/s</th><th>delivered</th><th>dropped</th><th>why</th><th>p50 / p99 hop ms</th></tr></thead><tbody></tbody></table>
+<table id="edges"><thead><tr><th>edge</th><th>sent</th><th>rate/s</th><th>delivered</th><th>dropped</th><th>why</th><th>p50 / p99 hop ms</th><th>p50 / p99 held ms</th></tr></thead><tbody></tbody></table>
 <h2>Units: load over the last minutes</h2>
 <canvas id="load" width="900" height="140"></canvas>
 <table id="units"><thead><tr><th>unit</th><th>replicas</th><th>load</th><th>speed</th><th>sent</th><th>received</th></tr></thead><tbody></tbody></table>
@@ -169,7 +169,8 @@ function render(s) {
     if (e.refused > 0) why.push(e.refused + " refused");
     rows += `<tr><td>${esc(e.from)} → ${esc(e.to)}</td><td>${e.sent}</td><td>${fmt(rate(e.sent, before && before.sent, dt))}</td>` +
             `<td>${e.delivered}</td><td>${e.dropped}</td><td>${esc(why.join("; "))}</td>` +
-            `<td>${e.latency_ms ? e.latency_ms.p50.toFixed(3) + " / " + e.latency_ms.p99.toFixed(3) : ""}</td></tr>`;
+            `<td>${e.latency_ms ? e.latency_ms.p50.toFixed(3) + " / " + e.latency_ms.p99.toFixed(3) : ""}</td>` +
+            `<td>${e.held_ms ? e.held_ms.p50.toFixed(3) + " / " + e.held_ms.p99.toFixed(3) : ""}</td></tr>`;
   });
   document.querySelector("#edges tbody").innerHTML = rows;
   // Units and their load over the last minutes.

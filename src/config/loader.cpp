@@ -63,7 +63,8 @@ const std::vector<std::string> kTopKeys = {"pipeline",  "units",     "coordinato
                                            "scenario"};
 const std::vector<std::string> kScenarioKeys = {"at_s", "unit", "speed"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
-                                                 "pack_below_bytes"};
+                                                 "pack_below_bytes", "in_process"};
+const std::vector<std::string> kInProcess = {"zeromq", "direct"};
 const std::vector<std::string> kFailureKeys = {"heartbeat_ms", "phi_threshold", "min_std_ms",
                                                "acceptable_pause_ms", "window", "snapshot_every",
                                                "snapshot_ms"};
@@ -1163,6 +1164,18 @@ class Loader {
         } else {
           t.pack_below_bytes = *v;
         }
+      }
+    }
+    if (const Entry* p = entries->find("in_process")) {
+      auto how = read_string(*p, "'in_process'");
+      if (how && (*how == "zeromq" || *how == "direct")) {
+        t.in_process_direct = *how == "direct";
+      } else if (how) {
+        const std::string best = nearest_of(*how, kInProcess);
+        report(p->value_loc(), "unknown 'in_process' " + in_quotes(*how),
+               (best.empty() ? std::string() : "did you mean " + in_quotes(best) + "? ") +
+                   "use `zeromq` (units of one process talk over inproc://, as a cluster's do) or `direct` "
+                   "(straight to the replicas' actors)");
       }
     }
   }

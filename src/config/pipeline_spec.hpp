@@ -117,6 +117,10 @@ struct TransportDecl {
   std::int64_t linger_ms = 200;          ///< how long closing may wait for a dead peer
   /// Envelopes with payloads up to this size travel many to a frame.
   std::int64_t pack_below_bytes = 1024;
+  /// `in_process: direct`: the units of one process hand each other their
+  /// messages straight to the replicas' actors, not through ZeroMQ;
+  /// `zeromq` (the default) sends them over inproc:// like a cluster's.
+  bool in_process_direct = false;
 };
 
 /// `failure:` block: heartbeats on the control plane and the phi-accrual

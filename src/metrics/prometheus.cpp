@@ -154,10 +154,16 @@ std::string to_prometheus(const RunReport& r) {
                 s.residence_sum_s);
   }
   w.family("swarmflow_edge_latency_seconds", "histogram",
-           "Time from an envelope's arrival at the producer (its capture, at a source) to its arrival at the "
+           "Time from the moment an envelope left the producer (after any wait for credit) to its arrival at the "
            "consumer; across processes, corrected by their clock offset.");
   for (const auto& e : r.edges) {
     w.histogram("swarmflow_edge_latency_seconds", edge_labels(e), e.latency_le, e.latency.count, e.latency_sum_s);
+  }
+  w.family("swarmflow_edge_held_seconds", "histogram",
+           "Time from an envelope's arrival at the producer (its capture, at a source) to the moment it left it on "
+           "the edge: the producer's queue, step and wait for credit.");
+  for (const auto& e : r.edges) {
+    w.histogram("swarmflow_edge_held_seconds", edge_labels(e), e.held_le, e.held.count, e.held_sum_s);
   }
 
   w.family("swarmflow_unit_utilization", "gauge", "Busy fraction of a unit's worker threads in its last load report.");

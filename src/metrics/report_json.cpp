@@ -74,6 +74,7 @@ Json edge_json(const EdgeReport& e) {
   j["replayed"] = e.replayed;
   j["overflow"] = e.overflow;
   j["latency_ms"] = summary_json(e.latency);
+  j["held_ms"] = summary_json(e.held);
   return j;
 }
 

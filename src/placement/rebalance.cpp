@@ -128,7 +128,7 @@ bool Rebalancer::movable(int stage) const {
 }
 
 double Rebalancer::work(const ReplicaLoadView& r, int unit) const {
-  return r.arrival_hz * r.service_ns / 1e9 * std::max(speed(unit), 1e-6);
+  return std::max(r.busy, r.arrival_hz * r.service_ns / 1e9) * std::max(speed(unit), 1e-6);
 }
 
 std::vector<Move> Rebalancer::decide(const LoadView& view, std::int64_t now) {

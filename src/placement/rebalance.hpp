@@ -57,6 +57,10 @@ struct ReplicaLoadView {
   double queue_depth = 0;
   double service_ns = 0;  ///< per envelope, measured on its unit (at its speed)
   double arrival_hz = 0;
+  /// Share of one of its unit's threads its steps took in the interval (the
+  /// step under way included): what it costs where it is, even when its
+  /// steps are longer than the interval and arrivals come in bursts.
+  double busy = 0;
   std::vector<KeyLoad> keys;  ///< keyed stages: the keys it saw and their cost
 };
 

@@ -42,18 +42,16 @@ std::uint64_t TraceBuffer::dropped() const {
   return dropped_;
 }
 
-void record_hops(SharedLatency* residence, SharedLatency* edge, TraceBuffer* trace, const TraceStep& who,
-                 const EnvelopeHeader& h, std::int64_t end_ns) {
-  // A full trace keeps its oldest hops: the last is not this arrival then.
-  if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
+void record_sampled_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                         const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
   const std::int64_t arrived = h.hop_ns[h.hop_count - 1];
   const std::int64_t from = h.hop_count >= 2 ? h.hop_ns[h.hop_count - 2] : h.capture_ns;
-  SharedLatency* counter = residence != nullptr ? residence : edge;
-  if (counter != nullptr && counter->due()) {
-    if (residence != nullptr) residence->record(end_ns - arrived, end_ns);
-    if (edge != nullptr && from != 0) edge->record(arrived - from, end_ns);
+  if (residence != nullptr) residence->record(end_ns - arrived, end_ns);
+  if (h.sent_ns != 0) {
+    if (edge != nullptr) edge->record(arrived - h.sent_ns, end_ns);
+    if (held != nullptr && from != 0) held->record(h.sent_ns - from, end_ns);
   }
-  if (trace != nullptr && trace->sampled(h.seq)) {
+  if (trace != nullptr) {
     TraceStep step = who;
     step.stream = h.stream;
     step.seq = h.seq;
@@ -62,6 +60,12 @@ void record_hops(SharedLatency* residence, SharedLatency* edge, TraceBuffer* tra
     step.from_ns = from;
     trace->add(step);
   }
+}
+
+void shift_times(EnvelopeHeader& h, std::int64_t shift_ns) {
+  if (h.capture_ns != 0) h.capture_ns += shift_ns;
+  if (h.sent_ns != 0) h.sent_ns += shift_ns;
+  for (std::uint8_t i = 0; i < h.hop_count && i < kMaxHops; ++i) h.hop_ns[i] += shift_ns;
 }
 
 std::string trace_json(const std::vector<TraceStep>& steps, const std::vector<std::string>& stage_names,

@@ -1,12 +1,17 @@
 #pragma once
 // Latency per hop, measured where a replica ends a step: the envelope's hop
 // trace holds its arrival here (the last hop) and its arrival at the
-// producer (the hop before; the capture time for a source's envelope), all
-// on this process's clock (times from another process are corrected by the
-// clock offset when they arrive, inbound_batcher.cpp). From them:
+// producer (the hop before; the capture time for a source's envelope), and
+// one envelope in kHopSampleEvery that a producer sends carries the time it
+// left it (`sent_ns`, after any wait for credit), all on this process's
+// clock (times from another process are corrected by the clock offset when
+// they arrive: shift_times, inbound_batcher.cpp). From them:
 //  - residence at the stage: arrival -> end of the step (queue and service);
-//  - latency of the edge: arrival at the producer -> arrival here (the
-//    producer's residence and the way over the edge, in or across processes).
+//  - latency of the edge: sent by the producer -> arrival here (the way over
+//    the edge: the hand-over, in process or across processes, and the wait
+//    in the consumer's mailbox before it is queued);
+//  - the producer's hold on it: arrival at the producer -> sent (its queue,
+//    its step and any wait for credit), per edge.
 // And a sample of envelopes (seq divisible by the trace's `every`) for
 // `--trace FILE`, as Chrome trace events. No actors here.
 
@@ -90,12 +95,35 @@ class TraceBuffer {
   std::uint64_t dropped_ = 0;
 };
 
+/// record_hops for a step that has something to record: the non-null ones.
+void record_sampled_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                         const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns);
+
 /// Records a finished step on envelope `h` at `end_ns` into the residence of
-/// the replica and the latency of the edge it came on (either may be null;
-/// one step in kHopSampleEvery, counted by `residence`, or by `edge` without
-/// it), and into `trace` when it samples it.
-void record_hops(SharedLatency* residence, SharedLatency* edge, TraceBuffer* trace, const TraceStep& who,
-                 const EnvelopeHeader& h, std::int64_t end_ns);
+/// the replica (one step in kHopSampleEvery, counted by `residence`), and,
+/// when `h` carries a send time (its producer stamps one envelope in
+/// kHopSampleEvery), into the latency of the edge it came on (`edge`: sent ->
+/// arrival here) and its producer's hold on it (`held`: arrival at the
+/// producer, or capture, -> sent); into `trace` when it samples it. Any of
+/// them may be null. Inline, as every step of a replica calls it and most
+/// record nothing: those cost a count and two tests.
+inline void record_hops(SharedLatency* residence, SharedLatency* edge, SharedLatency* held, TraceBuffer* trace,
+                        const TraceStep& who, const EnvelopeHeader& h, std::int64_t end_ns) {
+  // A full trace keeps its oldest hops: the last is not this arrival then.
+  if (h.hop_count == 0 || h.hop_count >= kMaxHops) return;
+  const bool due = residence != nullptr && residence->due();
+  const bool timed = h.sent_ns != 0 && (edge != nullptr || held != nullptr);
+  const bool traced = trace != nullptr && trace->sampled(h.seq);
+  if (due || timed || traced) {
+    record_sampled_hops(due ? residence : nullptr, timed ? edge : nullptr, timed ? held : nullptr,
+                        traced ? trace : nullptr, who, h, end_ns);
+  }
+}
+
+/// Moves the times of `h` from another process's clock onto this one's:
+/// adds `shift_ns` (this clock minus that one) to its capture, hop and send
+/// times; a time that is 0 (none) stays 0.
+void shift_times(EnvelopeHeader& h, std::int64_t shift_ns);
 
 /// `steps` as Chrome trace-event JSON ({"traceEvents": [...]}): one complete
 /// ("X") event per step, named by its stage, on a thread per replica in a

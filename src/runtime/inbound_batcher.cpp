@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/hop_figures.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/run_state.hpp"
 
@@ -54,14 +55,13 @@ void InboundBatcher::add(transport::Inbound&& in) {
       if (!in.payload && !sent_by_producer(*run, in)) return;
       Batch& b = batch_for(target, h.edge, h.from_replica);
       if (b.envelopes.empty()) b.envelopes.reserve(kMaxInboundBatch);  // one allocation a batch
-      // Its times (capture, hops) read on this process's clock from here on.
+      // Its times (capture, hops, sent) read on this process's clock from here on.
       const std::int64_t shift = in.sender >= 0 ? run->clock_shift_ns(in.sender, unit_) : 0;
       if (shift == 0) {
         b.envelopes.emplace_back(h.envelope, std::move(in.payload));
       } else {
         EnvelopeHeader shifted = h.envelope;
-        if (shifted.capture_ns != 0) shifted.capture_ns += shift;
-        for (std::uint8_t i = 0; i < shifted.hop_count && i < kMaxHops; ++i) shifted.hop_ns[i] += shift;
+        shift_times(shifted, shift);
         b.envelopes.emplace_back(shifted, std::move(in.payload));
       }
       if (b.envelopes.size() >= kMaxInboundBatch) send(b);

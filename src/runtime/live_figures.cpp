@@ -63,6 +63,7 @@ EdgeSideFigures difference(const EdgeSideFigures& total, const EdgeSideFigures& 
   d.refused = total.refused - applied.refused;
   d.replayed = total.replayed - applied.replayed;
   subtract_buckets(d.hops, applied.hops);
+  subtract_buckets(d.held, applied.held);
   return d;
 }
 
@@ -170,6 +171,8 @@ EdgeSideFigures LiveFigures::edge_total(int edge, int replica, bool producer) co
     t.peak_retained = std::max(t.peak_retained, f.peak_retained);
     add_buckets(t.hops, f.hops);
     t.hop_max_ns = std::max(t.hop_max_ns, f.hop_max_ns);
+    add_buckets(t.held, f.held);
+    t.held_max_ns = std::max(t.held_max_ns, f.held_max_ns);
   }
   return t;
 }

@@ -53,6 +53,8 @@ struct EdgeSideFigures {
   std::uint64_t replayed = 0;
   std::map<int, std::uint64_t> hops;  ///< consumer side: LatencyHistogram bucket -> count
   std::int64_t hop_max_ns = 0;
+  std::map<int, std::uint64_t> held;  ///< consumer side: the producer's hold, as `hops`
+  std::int64_t held_max_ns = 0;
 };
 
 /// One message's figures.

@@ -7,11 +7,13 @@
 
 #include <swarmflow/envelope.hpp>
 
+#include "runtime/replica_snapshot.hpp"
 #include "runtime/routing_table.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(swarmflow::Envelope)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<swarmflow::Envelope>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const swarmflow::runtime::RoutingTable>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const swarmflow::runtime::KeyStates>)
 
 namespace swarmflow::runtime {
 
@@ -39,5 +41,7 @@ using owed_atom = caf::atom_constant<caf::atom("owed")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;
 /// (uint64 id): the replica's snapshot `id` is stored off the unit
 using stored_atom = caf::atom_constant<caf::atom("stored")>;
+/// (keys with their state): keys handed on by a replica that drained, to take over
+using keys_atom = caf::atom_constant<caf::atom("keys")>;
 
 }  // namespace swarmflow::runtime

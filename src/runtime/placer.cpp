@@ -90,6 +90,7 @@ placement::LoadView load_view(const std::vector<std::vector<ReplicaSample>>& bef
       rv.service_ns = n < service_ns.size() && r < service_ns[n].size() ? service_ns[n][r] : 0;
       const std::uint64_t arrivals = a.arrivals - std::min(a.arrivals, b != nullptr ? b->arrivals : 0);
       rv.arrival_hz = static_cast<double>(arrivals) * 1e9 / dt;
+      rv.busy = static_cast<double>(busy_delta) / dt;
       if (!a.key_overflow) {
         for (const auto& [key, ns] : a.key_busy_ns) {
           std::int64_t was = 0;
@@ -200,7 +201,9 @@ std::string Placer::refusal(const placement::Move& move) const {
     case placement::MoveKind::reassign_keys: {
       if (!decl.keyed || decl.fanout_all) return "stage '" + decl.id + "' is not keyed";
       for (const auto& stats : run_->replica_stats[static_cast<std::size_t>(move.stage)]) {
-        if (stats->stateful.load()) return "stage '" + decl.id + "' keeps state per replica: its keys stay";
+        if (stats->stateful.load() && !stats->state_per_key.load()) {
+          return "stage '" + decl.id + "' keeps state per replica, not per key: its keys stay";
+        }
       }
       for (const auto& [key, replica] : move.keys) {
         if (replica < 0 || replica >= decl.replicas) return "stage '" + decl.id + "' has no such replica";
@@ -250,7 +253,7 @@ std::vector<Placer::Step> Placer::steps_of(const placement::Move& move) const {
   return steps;
 }
 
-std::vector<std::vector<ReplicaSample>> Placer::sample() const {
+std::vector<std::vector<ReplicaSample>> Placer::sample(std::int64_t now) const {
   const graph::Graph& g = run_->graph;
   std::vector<std::vector<ReplicaSample>> out(g.nodes.size());
   for (const auto& node : g.nodes) {
@@ -258,7 +261,7 @@ std::vector<std::vector<ReplicaSample>> Placer::sample() const {
     for (int r = 0; r < node.decl->replicas; ++r) {
       const ReplicaStats& s = *run_->replica_stats[n][static_cast<std::size_t>(r)];
       ReplicaSample x;
-      x.busy_ns = s.busy_ns.load(std::memory_order_relaxed);
+      x.busy_ns = s.busy_until(now);
       for (int e : node.in_edges) {
         x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
       }
@@ -344,6 +347,8 @@ void Placer::begin(placement::Move move, std::int64_t now) {
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {step.node, step.replica};
+  table->draining_keys.clear();
+  for (const auto& [key, to] : step.keys) table->draining_keys.push_back(key);
   pending_ = std::make_unique<Pending>();
   pending_->from_unit = current->unit(step.node, step.replica);
   pending_->started_ns = now;
@@ -358,6 +363,7 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   auto table = std::make_shared<RoutingTable>(*current);
   table->epoch = current->epoch + 1;
   table->draining = {-1, -1};
+  table->draining_keys.clear();
   const int from = pending_->from_unit;
   const int to = step.to_unit >= 0 ? step.to_unit : from;
   table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = to;
@@ -387,6 +393,21 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     std::lock_guard<std::mutex> lock(mutex_);
     ++completed_;
     return;
+  }
+  if (handover && !handover->keys.empty()) {
+    // Keys with their state go to the replicas that take them before the
+    // placement that routes their envelopes there is published: each one's
+    // state is in its mailbox ahead of the key's next envelope.
+    std::map<int, KeyStates> by_replica;
+    for (const auto& [key, state] : handover->keys) {
+      const auto it = std::find_if(step.keys.begin(), step.keys.end(), [&](const auto& k) { return k.first == key; });
+      if (it != step.keys.end()) by_replica[it->second].emplace_back(key, state);
+    }
+    for (auto& [replica, keys] : by_replica) {
+      if (const caf::actor to_actor = current->actor(step.node, replica)) {
+        caf::anon_send(to_actor, keys_atom::value, std::make_shared<const KeyStates>(std::move(keys)));
+      }
+    }
   }
   const caf::actor old = current->actor(step.node, step.replica);
   // The successor starts from the drained replica's state; a stage that
@@ -426,7 +447,7 @@ void Placer::loop() {
   const std::vector<char> cycles = in_cycles(run_->graph);
   std::int64_t last_ns = steady_now_ns();
   std::int64_t next_ns = last_ns + interval;
-  auto last = sample();
+  auto last = sample(steady_now_ns());
   latency_before_.push_back(buckets_of(sink_latency()));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
@@ -467,7 +488,7 @@ void Placer::loop() {
     now = steady_now_ns();
     if (now >= next_ns) {
       next_ns = now + interval;
-      auto current = sample();
+      auto current = sample(now);
       const auto table = run_->table();
       const std::size_t units = run_->spec.units.size();
       std::vector<double> speed(units);
@@ -496,12 +517,15 @@ void Placer::loop() {
       for (const auto& node : run_->graph.nodes) {
         const auto n = static_cast<std::size_t>(node.index);
         bool stateful = false;
+        bool per_replica = false;  // state that is not kept per key
         bool overflow = false;
         for (std::size_t r = 0; r < run_->replica_stats[n].size(); ++r) {
-          stateful = stateful || run_->replica_stats[n][r]->stateful.load();
+          const ReplicaStats& s = *run_->replica_stats[n][r];
+          stateful = stateful || s.stateful.load();
+          per_replica = per_replica || (s.stateful.load() && !s.state_per_key.load());
           overflow = overflow || current[n][r].key_overflow;
         }
-        view.keys_fixed[n] = stateful || overflow ? 1 : 0;
+        view.keys_fixed[n] = per_replica || overflow ? 1 : 0;
         if (node.out_edges.empty() && !stateful) view.immovable[n] = 1;
       }
       last = std::move(current);

@@ -101,7 +101,8 @@ class Placer {
   };
 
   void loop();
-  std::vector<std::vector<ReplicaSample>> sample() const;
+  /// Every replica's cumulative figures at `now` (steady ns).
+  std::vector<std::vector<ReplicaSample>> sample(std::int64_t now) const;
   /// Splits a move into steps (a key reassignment drains each replica that gives keys away).
   std::vector<Step> steps_of(const placement::Move& move) const;
   /// Why the runtime cannot make this move (empty: it can).

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 namespace swarmflow::runtime {
+
+void ReplicaEffects::hold(std::int64_t ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
 
 namespace {
 
@@ -256,6 +259,10 @@ void ReplicaCore::start() {
       can_snapshot_ = false;
     }
     setup_.stats->stateful.store(can_snapshot_, std::memory_order_relaxed);
+    const char* by = stage_->state_key();
+    setup_.stats->state_per_key.store(can_snapshot_ && by != nullptr && decl().keyed && !decl().fanout_all &&
+                                          std::string(by) == config::to_string(decl().key),
+                                      std::memory_order_relaxed);
     stateful_ = can_snapshot_ && setup_.snapshot_every > 0;
     snapshot_ns_ = setup_.clock();
   } else if (setup_.snapshot_every > 0) {
@@ -385,6 +392,24 @@ void ReplicaCore::send_due_marks() {
 
 // -- placement changes --------------------------------------------------
 
+void ReplicaCore::give_keys(const KeyStates& keys) {
+  if (!stage_ || failed_) return;
+  for (const auto& [key, state] : keys) {
+    Status s;
+    try {
+      s = stage_->give_key(key, state);
+    } catch (const std::exception& ex) {
+      s = Status::error(std::string("threw: ") + ex.what());
+    } catch (...) {
+      s = Status::error("threw an unknown exception");
+    }
+    if (!s.ok()) {
+      fail_permanently("stage '" + decl().id + "' could not take over key " + std::to_string(key) + ": " + s.message());
+      return;
+    }
+  }
+}
+
 void ReplicaCore::placement_changed(const PlacementChange& change) {
   if (drained_) return;  // its successor runs the stage now
   for (auto& out : out_) {
@@ -422,7 +447,10 @@ void ReplicaCore::placement_changed(const PlacementChange& change) {
         e < change.remote_consumers.size() && r < change.remote_consumers[e].size() && change.remote_consumers[e][r];
     maybe_resume_consumer(*out, replica);
   }
-  if (change.drain) draining_ = true;
+  if (change.drain) {
+    draining_ = true;
+    leaving_keys_ = change.leaving_keys;
+  }
   for (const auto& [edge, replica] : change.moved_consumers) {
     if (edge < 0 || static_cast<std::size_t>(edge) >= out_index_.size()) continue;
     const int index = out_index_[static_cast<std::size_t>(edge)];
@@ -602,6 +630,19 @@ void ReplicaCore::check_drained() {
   ReplicaSnapshot handover;
   handover.handover = true;
   handover.finished = finished_;
+  if (stage_ && can_snapshot_ && setup_.stats->state_per_key.load(std::memory_order_relaxed)) {
+    // Keys given away take their state along; what stays is snapshotted.
+    for (std::uint64_t key : leaving_keys_) {
+      std::string state;
+      try {
+        if (stage_->take_key(key, state)) handover.keys.emplace_back(key, std::move(state));
+      } catch (const std::exception& ex) {
+        log(std::string("take_key() threw while handing over: ") + ex.what());
+      } catch (...) {
+        log("take_key() threw while handing over");
+      }
+    }
+  }
   if (stage_ && can_snapshot_) {
     try {
       if (!stage_->snapshot(handover.state)) handover.state.clear();
@@ -831,7 +872,7 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   inputs_.set_producer(&producer_ids_[static_cast<std::size_t>(item.in)], item.from);
   outputs_.reset(item.envelope.header());
   const std::int64_t t0 = t;
-  Status s = call_process();
+  Status s = call_process(t0);
   const std::int64_t t1 = setup_.clock();
   t = t1;
   if (s.is_error()) return on_failure(s);
@@ -850,9 +891,10 @@ bool ReplicaCore::process_item(Item& item, std::int64_t& t) {
   if (setup_.hop_figures || setup_.trace != nullptr) {
     EdgeSideStats* in_stats = setup_.hop_figures ? in_[static_cast<std::size_t>(item.in)].stats : nullptr;
     record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, in_stats != nullptr ? &in_stats->hops : nullptr,
-                setup_.trace, TraceStep{setup_.node, setup_.replica, setup_.unit}, item.envelope.header(), t1);
+                in_stats != nullptr ? &in_stats->held : nullptr, setup_.trace,
+                TraceStep{setup_.node, setup_.replica, setup_.unit}, item.envelope.header(), t1);
   }
-  emit_outputs();
+  emit_outputs(t1);
   return true;
 }
 
@@ -955,7 +997,7 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
     inputs_.reset_joined(&by_port, partial);
     outputs_.reset(first->header());
     const std::int64_t t0 = t;
-      Status s = call_process();
+    Status s = call_process(t0);
     t = setup_.clock();
     if (!s.is_error()) {
       dead_letter_streak_ = 0;
@@ -965,10 +1007,10 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
       setup_.stats->record_service(t - t0);
       if (sink_) setup_.stats->record_latency(t - first->header().capture_ns);
       if (setup_.hop_figures || setup_.trace != nullptr) {
-        record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, nullptr, setup_.trace,
+        record_hops(setup_.hop_figures ? &setup_.stats->residence : nullptr, nullptr, nullptr, setup_.trace,
                     TraceStep{setup_.node, setup_.replica, setup_.unit}, first->header(), t);
       }
-      emit_outputs();
+      emit_outputs(t);
       return;
     }
     setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
@@ -986,9 +1028,18 @@ void ReplicaCore::process_joined(JoinSet& set, bool partial, std::int64_t& t) {
   }
 }
 
-Status ReplicaCore::call_process() {
+Status ReplicaCore::call_process(std::int64_t t0) {
   Status s;
   defer_called_ = false;
+  // A unit slower than nominal takes 1/speed as long over every step: what
+  // the stage took, then the rest held (docs/pipelines.md "scenario").
+  const double speed_now =
+      setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
+  if (t0 < 0 && speed_now < 1.0) t0 = setup_.clock();
+  // The step under way counts as busy while it lasts (a sample taken in
+  // the middle of a long step sees it), a source's pull as a whole.
+  if (!source_) setup_.stats->step_since_ns.store(t0, std::memory_order_relaxed);
+  speed_asked_ = false;
   try {
     s = stage_->process(inputs_, outputs_, *this);
   } catch (const std::exception& ex) {
@@ -996,6 +1047,12 @@ Status ReplicaCore::call_process() {
   } catch (...) {
     s = Status::error("threw an unknown exception");
   }
+  if (speed_now < 1.0 && !speed_asked_) {
+    const double took = static_cast<double>(setup_.clock() - t0);
+    const auto rest = static_cast<std::int64_t>(took * (1.0 / std::max(speed_now, 1e-3) - 1.0));
+    if (rest > 0) effects_.hold(rest);
+  }
+  if (!source_) setup_.stats->step_since_ns.store(0, std::memory_order_relaxed);
   if (!source_) take_wake_request();
   return s;
 }
@@ -1167,7 +1224,7 @@ bool ReplicaCore::any_waiting() const {
   return false;
 }
 
-void ReplicaCore::emit_outputs() {
+void ReplicaCore::emit_outputs(std::int64_t now) {
   auto& items = outputs_.items();
   for (auto& item : items) {
     if (!item.envelope.payload()) {
@@ -1182,14 +1239,27 @@ void ReplicaCore::emit_outputs() {
       if (out.port != item.port) continue;
       dispatches_.clear();
       out.router.offer(item.envelope, dispatches_, !live_, origin_);
-      send_dispatches(out);
+      send_dispatches(out, now);
     }
   }
   items.clear();
 }
 
-void ReplicaCore::send_dispatches(OutEdge& out) {
-  for (auto& d : dispatches_) effects_.deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
+void ReplicaCore::send_dispatches(OutEdge& out, std::int64_t now) {
+  for (auto& d : dispatches_) {
+    // The send time of one envelope in kHopSampleEvery, taken as it leaves
+    // (after any wait for credit): its consumer measures the edge's latency
+    // and this replica's hold on it from it (hop_figures.hpp). The others
+    // carry none, not even one inherited from an input.
+    const bool stamp = setup_.hop_figures && (dispatched_++ % kHopSampleEvery) == 0;
+    if (stamp || d.envelope.header().sent_ns != 0) {
+      if (stamp && now == 0) now = setup_.clock();
+      EnvelopeHeader h = d.envelope.header();
+      h.sent_ns = stamp ? now : 0;
+      d.envelope = std::move(d.envelope).with_header(h);
+    }
+    effects_.deliver(out.to_node, d.replica, out.edge, std::move(d.envelope));
+  }
   dispatches_.clear();
   out.stats->sent.store(out.router.offered(), std::memory_order_relaxed);
   out.stats->dropped.store(out.router.dropped(), std::memory_order_relaxed);
@@ -1413,7 +1483,7 @@ void ReplicaCore::wake() {
   outputs_.reset(EnvelopeHeader{});
   origin_ = next_ordinal_;
   const std::int64_t t0 = t;
-  Status s = call_process();
+  Status s = call_process(t0);
   t = setup_.clock();
   if (s.is_error()) {
     setup_.stats->errors.fetch_add(1, std::memory_order_relaxed);
@@ -1445,7 +1515,11 @@ void ReplicaCore::pull() {
   struct BusyUntilReturn {
     const ReplicaSetup& setup;
     std::int64_t since = setup.clock();
-    ~BusyUntilReturn() { setup.stats->busy_ns.fetch_add(setup.clock() - since, std::memory_order_relaxed); }
+    explicit BusyUntilReturn(const ReplicaSetup& s) : setup(s) { setup.stats->step_since_ns.store(since, std::memory_order_relaxed); }
+    ~BusyUntilReturn() {
+      setup.stats->busy_ns.fetch_add(setup.clock() - since, std::memory_order_relaxed);
+      setup.stats->step_since_ns.store(0, std::memory_order_relaxed);
+    }
   } busy{setup_};
   for (int k = 0; k < kPullBatch; ++k) {
     if (stop_requested()) {

@@ -68,6 +68,10 @@ class ReplicaEffects {
   /// (its stage's state, if it keeps one, and its counters) is what its
   /// successor starts from. Nothing happens in it after this.
   virtual void drained(ReplicaSnapshot&& /*handover*/) {}
+  /// Holds the replica's thread for `ns` more after a step, as a unit slowed
+  /// by `speed:` or `scenario:` would take that much longer over it (a stage
+  /// that reads StageContext::speed() applies the speed itself). Sleeps.
+  virtual void hold(std::int64_t ns);
 };
 
 /// What a replica needs to know of the run; all of it outlives the replica.
@@ -136,6 +140,9 @@ struct PlacementChange {
   std::vector<std::pair<int, std::shared_ptr<const KeyMap>>> key_maps;
   /// This replica drains for a move.
   bool drain = false;
+  /// ... and gives these keys to other replicas: their state goes with them
+  /// (ReplicaSnapshot::keys), where its stage keeps state per key.
+  std::vector<std::uint64_t> leaving_keys;
   /// The placement epoch it starts (its failover): what it replays and the
   /// duplicates it leads to are counted as `failover.<epoch>.replayed` and
   /// `failover.<epoch>.duplicates` in the replica's counters.
@@ -183,6 +190,9 @@ class ReplicaCore final : public StageContext {
   /// died): replays to moved consumers, forgets what it owed moved or lost
   /// producers, and drops what a moved producer sends again as duplicates.
   void placement_changed(const PlacementChange& change);
+  /// Takes over keys handed on by another replica, with their state
+  /// (Stage::give_key), before their next envelopes.
+  void give_keys(const KeyStates& keys);
 
   /// The stage is done: its inputs ended, it is stopped, its marks are sent.
   bool has_finished() const { return finished_; }
@@ -215,6 +225,7 @@ class ReplicaCore final : public StageContext {
   int replica_count() const override;
   std::int64_t now_ns() const override { return setup_.clock(); }
   double speed() const override {
+    speed_asked_ = true;
     return setup_.speed_now != nullptr ? setup_.speed_now->load(std::memory_order_relaxed) : setup_.speed;
   }
   bool stop_requested() const override;
@@ -337,7 +348,8 @@ class ReplicaCore final : public StageContext {
   void expect_duplicates(Upstream& up, std::uint32_t epoch);
   /// Drops what this replica owes producer replica `from` of in-edge `in_index`.
   void forget_producer(int in_index, int from);
-  Status call_process();
+  /// Runs the stage's step that began at `t0` (-1: not read yet).
+  Status call_process(std::int64_t t0 = -1);
   bool on_failure(const Status& s);
   /// Counts a dead letter; a streak of them fails the stage for good.
   void give_up(const Status& last);
@@ -364,8 +376,12 @@ class ReplicaCore final : public StageContext {
   // -- output side
   bool any_blocked() const;
   bool any_waiting() const;
-  void emit_outputs();
-  void send_dispatches(OutEdge& out);
+  /// Offers the step's outputs to their routers; `now`, when not 0, is the
+  /// time the step ended (a send time then costs no clock read).
+  void emit_outputs(std::int64_t now = 0);
+  /// Hands the routers' dispatches to the effects: one in kHopSampleEvery
+  /// gets its send time stamped (hop_figures), the rest none.
+  void send_dispatches(OutEdge& out, std::int64_t now = 0);
 
   // -- snapshots of a stateful stage
   /// Restores setup_.restore into the stage just made; false if it failed.
@@ -435,9 +451,14 @@ class ReplicaCore final : public StageContext {
   int eos_remaining_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  /// Keys this replica gives away as it drains.
+  std::vector<std::uint64_t> leaving_keys_;
+  /// The stage read speed() in the step under way: it applies the speed itself.
+  mutable bool speed_asked_ = false;
   bool left_ = false;
   std::uint64_t duplicates_dropped_ = 0;
   std::uint64_t steps_ = 0;
+  std::uint64_t dispatched_ = 0;  ///< envelopes handed to the effects, for the send-time sample
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;

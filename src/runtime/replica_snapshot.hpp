@@ -10,6 +10,9 @@
 
 namespace swarmflow::runtime {
 
+/// Keys with their state, handed from one replica to another.
+using KeyStates = std::vector<std::pair<std::uint64_t, std::string>>;
+
 struct ReplicaSnapshot {
   /// Per replica, increasing: the coordinator keeps the latest.
   std::uint64_t id = 0;
@@ -33,6 +36,9 @@ struct ReplicaSnapshot {
   bool handover = false;
   /// It had finished before it drained: no successor runs it again.
   bool finished = false;
+  /// Keys it gave away as it drained, each with its state (Stage::take_key),
+  /// for the replicas that take them; `state` no longer holds them.
+  std::vector<std::pair<std::uint64_t, std::string>> keys;
 
   std::size_t bytes() const {
     std::size_t n = state.size();

@@ -29,7 +29,14 @@ struct ReplicaStats {
   std::atomic<std::uint64_t> dead_letters{0};
   std::atomic<std::uint64_t> queued{0};
   std::atomic<std::uint64_t> queue_peak{0};
-  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps
+  std::atomic<std::int64_t> busy_ns{0};     ///< time spent in the stage's steps (counted as each ends)
+  std::atomic<std::int64_t> step_since_ns{0};  ///< start of the step under way, 0 between steps
+  /// Time spent in steps until `now_ns`, the step under way included, so
+  /// that samples taken more often than a long step ends see it as busy.
+  std::int64_t busy_until(std::int64_t now_ns) const {
+    const std::int64_t since = step_since_ns.load(std::memory_order_relaxed);
+    return busy_ns.load(std::memory_order_relaxed) + (since > 0 && now_ns > since ? now_ns - since : 0);
+  }
   std::atomic<std::int64_t> service_ns{0};  ///< smoothed time of one step
 
   /// Time per step, by bucket of kServiceBucketsS (+Inf last); one writer.
@@ -62,6 +69,9 @@ struct ReplicaStats {
   }
   /// Its stage keeps a state it can hand over (snapshot() returned true).
   std::atomic<bool> stateful{false};
+  /// Its stage keeps its state per key of its `key:` field (Stage::state_key):
+  /// its keys can go to other replicas with their state.
+  std::atomic<bool> state_per_key{false};
   /// Its inputs ended and its stage stopped: nothing left to move.
   std::atomic<bool> finished{false};
   /// The placement epoch its host has taken up (a move begins only once
@@ -98,8 +108,11 @@ struct EdgeSideStats {
   std::atomic<std::uint64_t> peak_in_flight{0};
   std::atomic<std::uint64_t> peak_retained{0};  ///< producer side: most kept for replay for one replica
   std::atomic<std::uint64_t> replayed{0};  ///< producer side: sent again to a consumer replica placed anew
-  /// Consumer side: arrival at the producer (or capture) -> arrival here (hop_figures.hpp).
+  /// Consumer side: sent by the producer -> arrival here, the way over the edge (hop_figures.hpp).
   SharedLatency hops;
+  /// Consumer side: arrival at the producer (or capture) -> sent by it, the
+  /// producer's hold on what it sent on this edge (hop_figures.hpp).
+  SharedLatency held;
 };
 
 }  // namespace swarmflow::runtime

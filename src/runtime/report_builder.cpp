@@ -132,8 +132,10 @@ RunReport build_report(const RunState& run) {
       e.replayed += side->replayed.load(std::memory_order_relaxed);
     }
     metrics::LatencyHistogram hops;
+    metrics::LatencyHistogram held;
     for (const auto& side : run.edge_in[static_cast<std::size_t>(edge.id)]) {
       hops.merge(side->hops.snapshot());
+      held.merge(side->held.snapshot());
       e.delivered += side->delivered.load(std::memory_order_relaxed);
       e.refused += side->refused.load(std::memory_order_relaxed);
     }
@@ -141,6 +143,9 @@ RunReport build_report(const RunState& run) {
     e.latency = hops.summary();
     for (double bound : kServiceBucketsS) e.latency_le.push_back(hops.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
     e.latency_sum_s = hops.sum_ns() / 1e9;
+    e.held = held.summary();
+    for (double bound : kServiceBucketsS) e.held_le.push_back(held.count_at_most(static_cast<std::int64_t>(bound * 1e9)));
+    e.held_sum_s = held.sum_ns() / 1e9;
     r.edges.push_back(std::move(e));
   }
   for (std::size_t u = 0; u < run.spec.units.size(); ++u) {

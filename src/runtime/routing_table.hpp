@@ -28,6 +28,9 @@ struct RoutingTable {
   /// producers send it nothing new, and it hands over once it has done
   /// everything it was sent (docs/placement.md "What a move guarantees").
   std::pair<int, int> draining{-1, -1};
+  /// The keys the draining replica gives to other replicas (a key move):
+  /// it hands over their state when its stage keeps state per key.
+  std::vector<std::uint64_t> draining_keys;
   /// Replicas that drained and were placed anew (a clean hand-over, not a
   /// failover: nothing to replay, no duplicates to expect), with the unit
   /// they drained on, whose last acks and marks for them still count. Kept

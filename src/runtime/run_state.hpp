@@ -67,6 +67,11 @@ struct RunState {
   std::int64_t clock_shift_ns(int from, int to) const;
   /// Data plane of each unit hosted in this process (null for the others).
   std::vector<std::unique_ptr<transport::Transport>> transports;
+  /// By unit: non-zero when it is hosted in this process and the other units
+  /// here hand it their messages straight to its replicas' actors, not
+  /// through the transport (`transport: {in_process: direct}`). Set before
+  /// any replica is spawned, read only after.
+  std::vector<char> direct_units;
   /// The placement in force: every reader takes it once per step and keeps
   /// that copy; a new placement is published whole.
   std::shared_ptr<const RoutingTable> table() const { return std::atomic_load(&table_); }

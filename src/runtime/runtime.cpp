@@ -71,7 +71,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   /// What the unit processes said of their figures (the coordinator actor's thread only).
   runtime::LiveFigures live_figures;
   int instance = 0;
-  bool started = false;
+  std::atomic<bool> started{false};  // read by other threads (the web API)
   bool waited = false;
   Status result;
   RunReport final_report;
@@ -362,6 +362,10 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       Status s = t->start();
       if (!s.ok()) return s;
       run->transports[u] = std::move(t);
+    }
+    run->direct_units.assign(units, 0);
+    if (run->spec.transport.in_process_direct) {
+      for (std::size_t u = 0; u < units; ++u) run->direct_units[u] = local[u] ? 1 : 0;
     }
     return {};
   }
@@ -1007,7 +1011,7 @@ Status Runtime::set_unit_speed(const std::string& unit, double speed) {
   if (!(speed > 0) || speed > 1000) return Status::error("a unit's speed must be in (0, 1000]", StatusCode::invalid_argument);
   const int u = runtime::unit_index(m.run->spec, unit);
   if (u < 0) return Status::error("no unit '" + unit + "' in this pipeline", StatusCode::not_found);
-  if (!m.started || !m.local[static_cast<std::size_t>(u)]) {
+  if (!m.local[static_cast<std::size_t>(u)]) {  // before start too: it applies from the start
     return Status::error("unit '" + unit + "' does not run in this process", StatusCode::failed_precondition);
   }
   m.run->unit_speed[static_cast<std::size_t>(u)]->store(speed, std::memory_order_relaxed);

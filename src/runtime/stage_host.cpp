@@ -168,6 +168,11 @@ class StageHost final : public ReplicaEffects {
           core_.owed_mark(static_cast<int>(edge), static_cast<int>(from));
           flush_outbox();
         },
+        [this](keys_atom, std::shared_ptr<const KeyStates>& keys) {
+          refresh();
+          core_.give_keys(*keys);
+          flush_outbox();
+        },
         [this](drained_atom, std::uint32_t edge, std::uint32_t replica) {
           refresh();
           core_.drained_mark(static_cast<int>(edge), static_cast<int>(replica));
@@ -221,10 +226,10 @@ class StageHost final : public ReplicaEffects {
 
   void drain_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // the mark follows everything sent before it
-      self_->send(local_actor(node, replica), drain_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), drain_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::drain, node, replica, edge);
@@ -232,10 +237,10 @@ class StageHost final : public ReplicaEffects {
 
   void owed_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // behind the last outputs
-      self_->send(local_actor(node, replica), owed_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), owed_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::owed, node, replica, edge);
@@ -243,9 +248,9 @@ class StageHost final : public ReplicaEffects {
 
   void drained_mark(int node, int replica, int edge) override {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
-      self_->send(local_actor(node, replica), drained_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+    if (direct(unit, node, replica)) {
+      tell(unit, local_actor(node, replica), drained_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::drained, node, replica, edge);
@@ -272,6 +277,30 @@ class StageHost final : public ReplicaEffects {
 
   int unit_of(int node, int replica) const { return table_->unit(node, replica); }
   caf::actor local_actor(int node, int replica) const { return table_->actor(node, replica); }
+
+  /// Messages to replica `node/replica` on `unit` go straight to its actor:
+  /// it is on this unit, or on another unit of this process when the run
+  /// hands messages between the units of one process directly
+  /// (`transport: {in_process: direct}`, docs/design.md).
+  bool direct(int unit, int node, int replica) const {
+    if (unit == unit_) return true;
+    if (unit < 0 || static_cast<std::size_t>(unit) >= run_->direct_units.size() ||
+        run_->direct_units[static_cast<std::size_t>(unit)] == 0) {
+      return false;
+    }
+    return static_cast<bool>(local_actor(node, replica));
+  }
+
+  /// Sends to a replica's actor; one on another unit runs on that unit's
+  /// workers (a message sent with self_ would run it on this unit's).
+  template <class... Ts>
+  void tell(int unit, const caf::actor& to, Ts&&... xs) {
+    if (unit == unit_) {
+      self_->send(to, std::forward<Ts>(xs)...);
+    } else {
+      caf::anon_send(to, std::forward<Ts>(xs)...);
+    }
+  }
 
   /// Takes up the published table when it is newer than this host's (a host
   /// may hear of a new placement from a message made under it first).
@@ -327,6 +356,7 @@ class StageHost final : public ReplicaEffects {
       if (after.key_map(to) != before.key_map(to)) change.key_maps.emplace_back(e, after.key_map(to));
     }
     change.drain = after.is_draining(node_, replica_) && !before.is_draining(node_, replica_);
+    if (change.drain) change.leaving_keys = after.draining_keys;
     for (int e : n.in_edges) {
       const int from = g.edges[static_cast<std::size_t>(e)].from_node;
       const int producers = static_cast<int>(after.unit_of[static_cast<std::size_t>(from)].size());
@@ -347,11 +377,25 @@ class StageHost final : public ReplicaEffects {
     int replica;
     int edge;
     std::vector<Envelope> envelopes;
+    bool timed = false;  ///< holds an envelope that gets its send time as the batch leaves
   };
+
+  /// The envelopes the core chose to carry a send time (it stamps one in
+  /// kHopSampleEvery as it hands them over, hop_figures.hpp) get the time
+  /// they really leave this replica: after the rest of the handler's work.
+  static void stamp_leaving(std::vector<Envelope>& envelopes) {
+    const std::int64_t now = steady_now_ns();
+    for (auto& e : envelopes) {
+      if (e.header().sent_ns == 0) continue;
+      EnvelopeHeader h = e.header();
+      h.sent_ns = now;
+      e = std::move(e).with_header(h);
+    }
+  }
 
   void post_deliver(int node, int replica, int edge, Envelope&& e) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       Batch* batch = nullptr;
       for (auto& b : outbox_) {
         if (b.node == node && b.replica == replica && b.edge == edge) batch = &b;
@@ -361,12 +405,18 @@ class StageHost final : public ReplicaEffects {
         batch = &outbox_.back();
       }
       if (batch->envelopes.empty()) batch->envelopes.reserve(kMaxBatch);  // one allocation a batch
+      if (e.header().sent_ns != 0) batch->timed = true;
+      // A large payload for another unit leaves at once, as through the
+      // transport: that unit's workers start on it while this handler makes
+      // the next (a source makes several in one pull).
+      const bool alone = unit != unit_ && e.payload() && e.payload()->size() >= kSendAloneBytes;
       batch->envelopes.push_back(std::move(e));
-      if (batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
+      if (alone || batch->envelopes.size() >= kMaxBatch) send_batch(*batch);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::deliver, node, replica, edge);
     m.header.envelope = e.header();
+    if (m.header.envelope.sent_ns != 0) remote_timed_ = true;
     m.header.payload_id = std::string(e.payload()->identifier());
     m.payload = e.payload();
     // A large payload leaves at once, so that it is on its way while the
@@ -389,17 +439,32 @@ class StageHost final : public ReplicaEffects {
   }
 
   void flush_remote() {
+    if (remote_timed_) {
+      // As stamp_leaving: the time they are handed to the transport thread.
+      const std::int64_t now = steady_now_ns();
+      for (auto& m : remote_) {
+        if (m.destination.kind == transport::FrameKind::deliver && m.header.envelope.sent_ns != 0) {
+          m.header.envelope.sent_ns = now;
+        }
+      }
+      remote_timed_ = false;
+    }
     if (!remote_.empty()) transport().send(remote_);
   }
 
   void send_batch(Batch& b) {
+    if (b.timed) {
+      stamp_leaving(b.envelopes);
+      b.timed = false;
+    }
     const caf::actor to = local_actor(b.node, b.replica);
+    const int unit = unit_of(b.node, b.replica);
     if (b.envelopes.size() == 1) {
-      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
-                  std::move(b.envelopes.front()));
+      tell(unit, to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+           std::move(b.envelopes.front()));
     } else {
-      self_->send(to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
-                  std::move(b.envelopes));
+      tell(unit, to, deliver_atom::value, static_cast<std::uint32_t>(b.edge), static_cast<std::uint32_t>(replica_),
+           std::move(b.envelopes));
     }
     b.envelopes = {};
   }
@@ -414,10 +479,10 @@ class StageHost final : public ReplicaEffects {
 
   void post_eos(int node, int replica, int edge) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
+    if (direct(unit, node, replica)) {
       flush_outbox();  // the end-of-stream mark must follow the envelopes
-      self_->send(local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_));
+      tell(unit, local_actor(node, replica), eos_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_));
       return;
     }
     post_remote(unit, transport::FrameKind::eos, node, replica, edge);
@@ -425,10 +490,10 @@ class StageHost final : public ReplicaEffects {
 
   void post_ack(int node, int replica, int edge, int credits, int released, double service_ns) {
     const int unit = unit_of(node, replica);
-    if (unit == unit_) {
-      self_->send(local_actor(node, replica), ack_atom::value, static_cast<std::uint32_t>(edge),
-                  static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(credits),
-                  static_cast<std::uint32_t>(released), service_ns);
+    if (direct(unit, node, replica)) {
+      tell(unit, local_actor(node, replica), ack_atom::value, static_cast<std::uint32_t>(edge),
+           static_cast<std::uint32_t>(replica_), static_cast<std::uint32_t>(credits),
+           static_cast<std::uint32_t>(released), service_ns);
       return;
     }
     transport::OutboundMessage& m = post_remote(unit, transport::FrameKind::ack, node, replica, edge);
@@ -465,6 +530,7 @@ class StageHost final : public ReplicaEffects {
   int unit_;
   std::vector<Batch> outbox_;
   std::vector<transport::OutboundMessage> remote_;  // for other units, sent by flush_outbox
+  bool remote_timed_ = false;  // remote_ holds an envelope that gets its send time as it leaves
   ReplicaCore core_;
   bool first_step_pending_;
   std::int64_t spawned_ns_;

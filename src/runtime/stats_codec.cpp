@@ -83,9 +83,11 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
       const EdgeSideStats& s = *run.edge_in[e][r];
       const metrics::LatencyHistogram hops_h = s.hops.snapshot();
       const auto hops = encode_buckets(fbb, hops_h);
+      const metrics::LatencyHistogram held_h = s.held.snapshot();
+      const auto held = encode_buckets(fbb, held_h);
       edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), false,
                                              0, 0, s.delivered.load(), 0, 0, s.refused.load(), 0, 0, hops.index,
-                                             hops.count, hops_h.max_ns()));
+                                             hops.count, hops_h.max_ns(), held.index, held.count, held_h.max_ns()));
     }
   }
   Encoded out;
@@ -160,6 +162,7 @@ void apply_changes(RunState& run, const RoutingTable& table, FigureChanges chang
       run.edge_in[e][r]->delivered.fetch_add(d.delivered, std::memory_order_relaxed);
       run.edge_in[e][r]->refused.fetch_add(d.refused, std::memory_order_relaxed);
       if (!d.hops.empty()) run.edge_in[e][r]->hops.merge(histogram_of(d.hops, d.hop_max_ns));
+      if (!d.held.empty()) run.edge_in[e][r]->held.merge(histogram_of(d.held, d.held_max_ns));
     }
   }
 }
@@ -259,6 +262,8 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
       e.replayed = es->replayed();
       decode_buckets(es->hop_index(), es->hop_count(), &e.hops);
       e.hop_max_ns = es->hop_max_ns();
+      decode_buckets(es->held_index(), es->held_count(), &e.held);
+      e.held_max_ns = es->held_max_ns();
       f.edges.push_back(e);
     }
   }

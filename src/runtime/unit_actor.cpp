@@ -69,7 +69,7 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
         for (std::size_t r = 0; r < table->unit_of[n].size(); ++r) {
           if (table->unit_of[n][r] != unit) continue;
           const ReplicaStats& s = *run->replica_stats[n][r];
-          busy += s.busy_ns.load(std::memory_order_relaxed);
+          busy += s.busy_until(now);
           std::uint64_t arrivals = 0;
           for (int e : node.in_edges) arrivals += run->edge_in[static_cast<std::size_t>(e)][r]->delivered.load();
           if (state->last_arrivals.size() <= k) state->last_arrivals.push_back(0);

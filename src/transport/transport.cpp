@@ -223,14 +223,14 @@ struct Transport::Impl {
     const std::size_t lane = lane_of(m);
     Lane& l = lanes[lane];
     const std::size_t payload_size = m.payload ? m.payload->size() : 0;
-    const std::size_t record = pack_record_size(kRecordHeaderSize, payload_size);
+    const std::size_t record = pack_record_size(kRecordHeaderSize, payload_size);  // at most
     const std::size_t pack_limit = std::min(kMaxPackBytes, max_message_bytes());
     const bool small = !m.payload || payload_size <= config.pack_below_bytes;
     if (small && kPackHeadSize + record <= pack_limit) {
       if (l.packed > 0 && (l.pack.size() + record > pack_limit || l.packed >= kMaxPackRecords)) close_pack(lane);
       alignas(8) std::uint8_t header[kRecordHeaderSize];
-      encode_record_header(m.header, header);
-      l.pack.add(m.destination, header, sizeof header, m.payload ? m.payload->data() : nullptr, payload_size);
+      const std::size_t header_size = encode_record_header(m.header, header);
+      l.pack.add(m.destination, header, header_size, m.payload ? m.payload->data() : nullptr, payload_size);
       ++l.packed;
       return;
     }

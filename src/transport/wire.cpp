@@ -225,6 +225,7 @@ void encode_header(const WireHeader& h, flatbuffers::FlatBufferBuilder& builder)
   b.add_confidence(h.envelope.confidence);
   b.add_vote_key(h.envelope.vote_key);
   b.add_part_id(h.envelope.part_id);
+  b.add_sent_ns(h.envelope.sent_ns);
   if (hops > 0) b.add_hop_ns(hop_ns);
   if (!h.payload_id.empty()) b.add_payload_id(payload_id);
   b.add_credits(h.credits);
@@ -272,6 +273,7 @@ std::optional<WireHeader> decode_header(const std::uint8_t* data, std::size_t si
   h.envelope.confidence = fb->confidence();
   h.envelope.vote_key = fb->vote_key();
   h.envelope.part_id = fb->part_id();
+  h.envelope.sent_ns = fb->sent_ns();
   if (hop_ns != nullptr) {
     h.envelope.hop_count = static_cast<std::uint8_t>(hop_ns->size());
     for (flatbuffers::uoffset_t i = 0; i < hop_ns->size(); ++i) h.envelope.hop_ns[i] = hop_ns->Get(i);
@@ -297,7 +299,7 @@ std::uint32_t identifier_bits(std::string_view id) {
 
 }  // namespace
 
-void encode_record_header(const WireHeader& h, std::uint8_t* out) {
+std::size_t encode_record_header(const WireHeader& h, std::uint8_t* out) {
   const std::size_t hops = std::min<std::size_t>(h.envelope.hop_count, kMaxHops);
   std::array<std::int64_t, kMaxHops> hop_ns{};
   std::copy_n(h.envelope.hop_ns.begin(), hops, hop_ns.begin());
@@ -305,17 +307,19 @@ void encode_record_header(const WireHeader& h, std::uint8_t* out) {
                                h.envelope.stream, h.envelope.seq, h.envelope.capture_ns, h.envelope.vote_key,
                                h.envelope.part_id, h.service_ns, h.envelope.confidence,
                                static_cast<std::uint8_t>(hops), 0, 0,
-                               flatbuffers::span<const std::int64_t, kMaxHops>(hop_ns.data(), kMaxHops));
+                               flatbuffers::span<const std::int64_t, kMaxHops>(hop_ns.data(), kMaxHops),
+                               h.envelope.sent_ns);
   std::memcpy(out, &r, sizeof r);
+  return h.envelope.sent_ns != 0 ? kRecordHeaderSize : kShortRecordHeaderSize;
 }
 
 std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::size_t size, Rejection* why) {
-  if (size != sizeof(schema::RecordHeader)) {
+  if (size != kRecordHeaderSize && size != kShortRecordHeaderSize) {
     set(why, Rejection::header_size);
     return std::nullopt;
   }
-  schema::RecordHeader r;
-  std::memcpy(&r, data, sizeof r);  // a copy, so that any alignment will do
+  schema::RecordHeader r;  // zero: a short header has no send time
+  std::memcpy(&r, data, size);  // a copy, so that any alignment will do
   const std::uint32_t id = r.payload_id();
   std::uint8_t id_bytes[4];
   put_u32(id_bytes, id);
@@ -338,6 +342,7 @@ std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::si
   h.envelope.confidence = r.confidence();
   h.envelope.vote_key = r.vote_key();
   h.envelope.part_id = r.part_id();
+  h.envelope.sent_ns = r.sent_ns();
   h.envelope.hop_count = r.hop_count();
   for (std::size_t i = 0; i < h.envelope.hop_count; ++i) {
     h.envelope.hop_ns[i] = hops->Get(static_cast<flatbuffers::uoffset_t>(i));

@@ -135,15 +135,23 @@ constexpr std::size_t kRecordPrefixSize = 8 + kDestinationSize;
 constexpr std::uint8_t kPackVersion = 1;
 
 /// Size of a record's header: a `swarmflow.schema.RecordHeader` struct.
-constexpr std::size_t kRecordHeaderSize = 144;
+constexpr std::size_t kRecordHeaderSize = 152;
+/// The same without its last field, `sent_ns`: what is written when the
+/// envelope carries no send time (acks, end of stream, a deliver from a
+/// replica that does not measure latency per hop), and all there was before
+/// that field was added.
+constexpr std::size_t kShortRecordHeaderSize = 144;
 
-/// Writes a record header (kRecordHeaderSize bytes) for `h`.
-void encode_record_header(const WireHeader& h, std::uint8_t* out);
-/// Reads a record header: exactly kRecordHeaderSize bytes, at most kMaxHops
-/// hop times (the unused ones zero), reserved bytes zero, a payload id of 4
-/// non-NUL bytes or none, confidence and service time finite and the service
-/// time not negative. Nothing (and `*why` = header_size or header_invalid)
-/// when it fails.
+/// Writes a record header for `h` into `out` (kRecordHeaderSize bytes, all
+/// written) and returns the size to send: kShortRecordHeaderSize when `h`
+/// has no send time, else kRecordHeaderSize.
+std::size_t encode_record_header(const WireHeader& h, std::uint8_t* out);
+/// Reads a record header: exactly kRecordHeaderSize or
+/// kShortRecordHeaderSize bytes (no send time), at most kMaxHops hop times
+/// (the unused ones zero), reserved bytes zero, a payload id of 4 non-NUL
+/// bytes or none, confidence and service time finite and the service time
+/// not negative. Nothing (and `*why` = header_size or header_invalid) when
+/// it fails.
 std::optional<WireHeader> decode_record_header(const std::uint8_t* data, std::size_t size, Rejection* why);
 
 /// Bytes one record takes in a pack.

@@ -172,7 +172,7 @@ constexpr std::size_t kHopsAt = 80;
 
 Bytes record_header(const WireHeader& h) {
   Bytes out(swarmflow::transport::kRecordHeaderSize);
-  swarmflow::transport::encode_record_header(h, out.data());
+  out.resize(swarmflow::transport::encode_record_header(h, out.data()));
   return out;
 }
 

@@ -255,7 +255,8 @@ inline bool same_header(const WireHeader& a, const WireHeader& b) {
   return a.edge == b.edge && a.from_replica == b.from_replica && a.epoch == b.epoch &&
          a.envelope.stream == b.envelope.stream && a.envelope.seq == b.envelope.seq &&
          a.envelope.capture_ns == b.envelope.capture_ns && a.envelope.confidence == b.envelope.confidence &&
-         a.envelope.vote_key == b.envelope.vote_key && a.envelope.part_id == b.envelope.part_id && a.payload_id == b.payload_id && a.credits == b.credits &&
+         a.envelope.vote_key == b.envelope.vote_key && a.envelope.part_id == b.envelope.part_id &&
+         a.envelope.sent_ns == b.envelope.sent_ns && a.payload_id == b.payload_id && a.credits == b.credits &&
          a.released == b.released && a.service_ns == b.service_ns;
 }
 
@@ -283,8 +284,7 @@ inline void wire_fuzz_one(const std::uint8_t* data, std::size_t size) {
     std::optional<WireHeader> h;
     if (m.record) {
       alignas(8) std::uint8_t bytes[kRecordHeaderSize];
-      encode_record_header(m.inbound->header, bytes);
-      h = decode_record_header(bytes, sizeof bytes, &again);
+      h = decode_record_header(bytes, encode_record_header(m.inbound->header, bytes), &again);
     } else {
       flatbuffers::FlatBufferBuilder fbb;
       encode_header(m.inbound->header, fbb);

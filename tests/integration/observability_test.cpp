@@ -220,6 +220,21 @@ long long dom_processed(const std::string& dom, const std::string& id) {
   return std::stoll(m[1].str());
 }
 
+/// Headless Chromium on `url` with `what` (--dump-dom, --screenshot=...),
+/// its output and errors in `dir`'s NAME.out and NAME.err; its exit code
+/// (-2: not started, -1: still running after a minute and killed).
+int chromium(const TempDir& dir, const std::string& url, const std::vector<std::string>& what,
+             const std::string& name) {
+  std::vector<std::string> args{"chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                                "--user-data-dir=" + dir.file("chromium-" + name),
+                                "--virtual-time-budget=2500", "--window-size=1000,1000"};
+  args.insert(args.end(), what.begin(), what.end());
+  args.push_back(url);
+  const pid_t pid = spawn_program(args, dir.file(name + ".out"), dir.file(name + ".err"));
+  if (pid <= 0) return -2;
+  return wait_exit_within(pid, std::chrono::seconds(60));
+}
+
 TEST(Observability, TheWebViewInChromiumShowsFiguresThatMove) {
   const int port = free_port();
   TwoProcesses run({"--web", "127.0.0.1:" + std::to_string(port)});
@@ -233,14 +248,7 @@ TEST(Observability, TheWebViewInChromiumShowsFiguresThatMove) {
   EXPECT_FALSE(has(page, "http://") || has(page, "https://")) << "the page fetches nothing from elsewhere";
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?poll";
   const auto chromium = [&](const std::vector<std::string>& what, const std::string& name) {
-    std::vector<std::string> args{"chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                  "--user-data-dir=" + run.dir().file("chromium-" + name),
-                                  "--virtual-time-budget=2500", "--window-size=1000,1000"};
-    args.insert(args.end(), what.begin(), what.end());
-    args.push_back(url);
-    const pid_t pid = spawn_program(args, run.dir().file(name + ".out"), run.dir().file(name + ".err"));
-    if (pid <= 0) return -2;
-    return wait_exit_within(pid, std::chrono::seconds(60));
+    return ::chromium(run.dir(), url, what, name);
   };
   ASSERT_EQ(chromium({"--dump-dom"}, "first"), 0)
       << "headless chromium did not run (scripts/bootstrap.sh installs it): " << slurp(run.dir().file("first.err"));
@@ -258,6 +266,60 @@ TEST(Observability, TheWebViewInChromiumShowsFiguresThatMove) {
   EXPECT_EQ(chromium({"--screenshot=" + shot}, "shot"), 0) << slurp(run.dir().file("shot.err"));
   EXPECT_TRUE(std::filesystem::exists(shot) && std::filesystem::file_size(shot) > 1000) << shot;
   EXPECT_EQ(run.stop(), 0) << run.log();
+}
+
+// A move in the web view: an in-process run under the adaptive policy
+// whose `scenario:` slows the unit the work stage starts on (w0: the
+// first of its units, as static placement goes) to a fifth of its speed;
+// the policy moves the replica to the idle unit. Once the JSON API shows
+// the move, the page loaded in headless Chromium lists it.
+TEST(Observability, TheWebViewInChromiumShowsAMoveAsItHappens) {
+  TempDir dir;
+  const std::string file = dir.write(
+      "moving.yaml",
+      "pipeline: moving\n"
+      "placement: {policy: adaptive, interval_ms: 100, sustain_ms: 300, cooldown_ms: 500}\n"
+      "units:\n  - {id: io, threads: 2}\n  - {id: w0, threads: 1}\n  - {id: w1, threads: 1}\n"
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 0, streams: 4}, placement: {units: [io]}}\n"
+      "  - {id: work, type: sim.work, key: stream, inputs: {in: src/out}, params: {service_us: 500},"
+      " placement: {units: [w0, w1]}}\n"
+      "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out}, placement: {units: [io]}}\n"
+      "scenario:\n  - {at_s: 0.5, unit: w0, speed: 0.2}\n");
+  const int port = free_port();
+  const pid_t run = spawn_cli({"run", file, "--quiet", "--web", "127.0.0.1:" + std::to_string(port)},
+                              dir.file("out"), dir.file("err"));
+  nlohmann::json move;
+  const std::string moved = swarmflow::testing::http_get_until(
+      port, "/api/v1/state", std::chrono::seconds(60), [&](const std::string& body) {
+        const auto j = nlohmann::json::parse(body, nullptr, false);
+        if (!j.is_object() || !j.contains("moves") || j["moves"].empty()) return false;
+        move = j["moves"][0];
+        return true;
+      });
+  if (moved.empty()) {
+    ::kill(run, SIGINT);
+    wait_exit_within(run, kPatience);
+    FAIL() << "no move in 60 s: " << slurp(dir.file("err"));
+  }
+  EXPECT_EQ(move["kind"], "move") << move;
+  EXPECT_EQ(move["stage"], "work") << move;
+  EXPECT_EQ(move["from"], "w0") << move;
+  EXPECT_EQ(move["to"], "w1") << move;
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?poll";
+  const int rc = chromium(dir, url, {"--dump-dom"}, "moved");
+  ::kill(run, SIGINT);
+  EXPECT_EQ(wait_exit_within(run, kPatience), 0) << slurp(dir.file("err"));
+  ASSERT_EQ(rc, 0) << "headless chromium did not run (scripts/bootstrap.sh installs it): "
+                   << slurp(dir.file("moved.err"));
+  const std::string dom = slurp(dir.file("moved.out"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom, m, std::regex(R"(<ul id="moves">(.*?)</ul>)"))) << dom.substr(0, 3000);
+  const std::string listed = m[1].str();
+  EXPECT_FALSE(has(listed, "<li>none</li>")) << listed;
+  EXPECT_TRUE(std::regex_search(listed, std::regex(R"(<li class="move">[0-9.]+ s: move work/0 w0 -(&gt;|>) w1, )")))
+      << "the move, with its stage, replica and units, in the page: " << listed;
 }
 
 TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLatencyPerHop) {
@@ -291,6 +353,13 @@ TEST(Observability, TraceIsChromeTraceEventJsonWithEveryStageAndTheReportHasLate
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["count"].get<std::uint64_t>(), 90u);
   EXPECT_GT(report["stages"]["work"]["residence_ms"]["p99"].get<double>(), 0.0);
   EXPECT_GT(report["edges"][1]["latency_ms"]["p50"].get<double>(), 0.0);
+  // work/out -> sink/in: one envelope in 16 that work sends carries its send
+  // time; its hold on them (arrival at work -> sent) holds its 20 us step.
+  const auto& way = report["edges"][1]["latency_ms"];
+  const auto& held = report["edges"][1]["held_ms"];
+  EXPECT_GT(way["count"].get<std::uint64_t>(), 90u);
+  EXPECT_EQ(held["count"], way["count"]) << "the same envelopes";
+  EXPECT_GE(held["p50"].get<double>(), 0.019) << "the producer's step is in its hold, not in the edge";
 }
 
 TEST(Observability, TracesOfTwoProcessesLineUpOnTheCoordinatorsClock) {

@@ -91,6 +91,72 @@ TEST(Placement, AUnitSlowedOverHttpRunsHotAndTheAdaptivePolicyMovesItsReplicaOff
   EXPECT_EQ(sink.value("reordered", 0), 0);
 }
 
+/// Frames the detectors inspected, and frames dropped on their way to them.
+struct Inspected {
+  std::int64_t processed = 0;
+  std::int64_t dropped = 0;
+};
+
+Inspected inspected(const nlohmann::json& report) {
+  Inspected n;
+  for (const auto& r : report["replicas"]) {
+    if (r.value("stage", "") == "detect") n.processed += r.value("processed", std::int64_t{0});
+  }
+  for (const auto& e : report["edges"]) {
+    if (e.value("to", "") == "detect/frames") n.dropped += e.value("dropped", std::int64_t{0});
+  }
+  return n;
+}
+
+// The inspection stages on a line whose detector unit u1 slows to a twentieth
+// of its speed one second in: with static placement its camera's frames pile
+// up there and are dropped (fresh video wins); the adaptive policy hands that
+// camera to the detector on u2, which has room, and the line keeps up. Both
+// runs go side by side; what is compared is what each inspected and dropped.
+TEST(Placement, AnInspectionLineWithASlowedUnitKeepsUpWhereStaticPlacementFallsBehind) {
+  TempDir dir;
+  const auto pipeline = [&](const std::string& policy) {
+    return dir.write(
+        policy + ".yaml",
+        "pipeline: inspection-slowed\n"
+        "units:\n  - {id: io, threads: 1}\n  - {id: u1, threads: 1}\n  - {id: u2, threads: 1}\n"
+        "placement: {policy: " + policy + ", interval_ms: 100, sustain_ms: 300, cooldown_ms: 500}\n"
+        "scenario:\n  - {at_s: 1.0, unit: u1, speed: 0.05}\n"
+        "stages:\n"
+        "  - {id: cam, type: video.source, replicas: 2, placement: {units: [io]},\n"
+        "     params: {uri: \"synthetic://parts?seed=7&camera=0\", width: 1920, height: 1080, fps: 5, count: 40}}\n"
+        "  - {id: detect, type: inspection.defects, replicas: 2, key: stream, inputs: {frames: cam/frames},\n"
+        "     queue: {capacity: 2, overflow: drop_oldest}, placement: {units: [u1, u2], spread: true}}\n"
+        "  - {id: quality, type: inspection.batch_quality, inputs: {defects: [detect/results]},\n"
+        "     params: {batch_parts: 10, report_path: \"" + dir.file(policy + ".jsonl") + "\"}, placement: {units: [io]}}\n");
+  };
+  const pid_t fixed = spawn_cli({"run", pipeline("static"), "--quiet", "--report", dir.file("static.json")},
+                                dir.file("static.out"), dir.file("static.err"));
+  const pid_t adaptive = spawn_cli({"run", pipeline("adaptive"), "--quiet", "--report", dir.file("adaptive.json")},
+                                   dir.file("adaptive.out"), dir.file("adaptive.err"));
+  ASSERT_EQ(wait_exit_within(fixed, kPatience), 0) << slurp(dir.file("static.err"));
+  ASSERT_EQ(wait_exit_within(adaptive, kPatience), 0) << slurp(dir.file("adaptive.err"));
+  const auto before = nlohmann::json::parse(slurp(dir.file("static.json")), nullptr, false);
+  const auto after = nlohmann::json::parse(slurp(dir.file("adaptive.json")), nullptr, false);
+  ASSERT_TRUE(before.is_object() && after.is_object());
+
+  EXPECT_TRUE(before["moves"].empty()) << before["moves"];
+  ASSERT_FALSE(after["moves"].empty()) << slurp(dir.file("adaptive.err"));
+  const auto& m = after["moves"][0];
+  EXPECT_EQ(m["stage"], "detect");
+  EXPECT_EQ(m["from"], "u1") << m;  // off the slowed unit: its replica gave its camera away, or moved
+
+  const Inspected s = inspected(before);
+  const Inspected a = inspected(after);
+  // Every frame is inspected or dropped, counted; the slowed detector drops
+  // under static placement, and far fewer once its camera moved.
+  EXPECT_EQ(s.processed + s.dropped, 80) << "static";
+  EXPECT_EQ(a.processed + a.dropped, 80) << "adaptive";
+  EXPECT_GT(s.dropped, 0);
+  EXPECT_LT(a.dropped, s.dropped);
+  EXPECT_GT(a.processed, s.processed);
+}
+
 TEST(Placement, AdaptivePlacementWithUnitProcessesIsRefusedSayingWhy) {
   TempDir dir;
   const std::string file = dir.write(

@@ -80,7 +80,9 @@ std::vector<std::vector<std::string>> malformed_messages(int n) {
       case 3: out.push_back({destination, noise, noise, noise}); break;  // four parts
       case 4: out.push_back({"SFPK\x01" + noise}); break;                 // a pack's head, then noise
       default: {                                                          // a well-framed pack, bad record
-        if (noise.size() == transport::kRecordHeaderSize) noise.push_back('x');
+        if (noise.size() == transport::kRecordHeaderSize || noise.size() == transport::kShortRecordHeaderSize) {
+          noise.push_back('x');
+        }
         transport::PackWriter pack;
         pack.add(transport::Destination{transport::FrameKind::deliver, 1, 0, 1},
                  reinterpret_cast<const std::uint8_t*>(noise.data()), noise.size(), nullptr, 0);

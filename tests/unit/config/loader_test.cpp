@@ -732,6 +732,34 @@ stages:
   EXPECT_EQ(spec->transport.pack_below_bytes, 0);
 }
 
+TEST_F(LoaderTest, InProcessHandOverIsZeroMqUnlessDirectIsAskedFor) {
+  const std::string stages = "stages:\n  - {id: source, type: sim.source}\n";
+  auto defaults = load("pipeline: t\nunits: 2\n" + stages);
+  ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_FALSE(defaults->transport.in_process_direct);
+  auto direct = load("pipeline: t\nunits: 2\ntransport: {in_process: direct}\n" + stages);
+  ASSERT_TRUE(direct.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_TRUE(direct->transport.in_process_direct);
+  auto zeromq = load("pipeline: t\nunits: 2\ntransport: {in_process: zeromq}\n" + stages);
+  ASSERT_TRUE(zeromq.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_FALSE(zeromq->transport.in_process_direct);
+
+  auto d = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+transport: {in_process: drect}
+)");
+  EXPECT_AT(d, 4, 25);
+  EXPECT_TRUE(contains(d.message, "unknown 'in_process' 'drect'")) << d.to_string();
+  EXPECT_TRUE(contains(d.hint, "did you mean 'direct'?")) << d.to_string();
+  auto n = only_error(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+transport: {in_process: 1}
+)");
+  EXPECT_AT(n, 4, 25);
+}
+
 TEST_F(LoaderTest, BadTransportValues) {
   load(R"(pipeline: t
 stages:

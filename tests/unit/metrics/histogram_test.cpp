@@ -136,5 +136,28 @@ TEST(Histogram, OutOfRangeQuantilesAreClamped) {
   EXPECT_EQ(h.quantile_ns(2.0), h.max_ns());
 }
 
+TEST(Histogram, CountAtMostCountsASampleOnceItsWholeBucketIsAtOrBelow) {
+  LatencyHistogram h;
+  for (std::int64_t v = 0; v < 64; ++v) h.record(v);  // one bucket each
+  h.record(1024);                                      // the bucket 1024..1039
+  h.record(std::int64_t{1} << 50);                     // the last, open-ended bucket
+  EXPECT_EQ(h.count_at_most(-1), 0u);
+  EXPECT_EQ(h.count_at_most(0), 1u);
+  EXPECT_EQ(h.count_at_most(10), 11u);
+  EXPECT_EQ(h.count_at_most(63), 64u);
+  EXPECT_EQ(h.count_at_most(1024), 64u) << "its bucket reaches above 1024";
+  EXPECT_EQ(h.count_at_most(1038), 64u);
+  EXPECT_EQ(h.count_at_most(1039), 65u) << "its bucket's upper edge";
+  EXPECT_EQ(h.count_at_most(5'000'000'000), 65u);
+  EXPECT_EQ(h.count_at_most(std::numeric_limits<std::int64_t>::max()), 66u);
+  // Never more for a smaller bound.
+  std::uint64_t before = 0;
+  for (std::int64_t ns = 0; ns < 5000; ns += 7) {
+    const std::uint64_t n = h.count_at_most(ns);
+    ASSERT_GE(n, before) << ns;
+    before = n;
+  }
+}
+
 }  // namespace
 }  // namespace swarmflow::metrics

@@ -193,6 +193,38 @@ TEST(Rebalance, AReplicaThatKeepsItsUnitBusyStaysWhenItsFiguresWobble) {
   EXPECT_EQ(m.moves, 0);
 }
 
+TEST(Rebalance, AReplicaWhoseStepsOutlastTheIntervalIsSeenBusyAndMoved) {
+  // u1 slowed to 0.05: each step of `work` takes 440 ms, longer than the
+  // 100 ms interval, so most intervals see no arrival and no step end. What
+  // it costs where it is shows in its busy share (the step under way
+  // counts), and the policy moves it to the idle u2.
+  Model m(units({1, 0.05, 1}), 1, 2, {1});
+  m.spec.stages[1].pin_units = {"u1", "u2"};
+  Rebalancer policy(m.spec, PolicySettings{});
+  int moved_at = -1;
+  for (int i = 0; i < 20 && moved_at < 0; ++i) {
+    LoadView v;
+    v.units.assign(3, UnitLoadView{});
+    v.unit_of = m.unit_of;
+    v.units[1].utilisation = 1.0;
+    v.units[1].speed = 0.05;
+    ReplicaLoadView r;
+    r.stage = 1;
+    r.replica = 0;
+    r.service_ns = 440e6;
+    r.arrival_hz = i % 4 == 0 ? 10.0 : 0.0;  // one arrival in four intervals
+    r.busy = 1.0;
+    v.replicas.push_back(r);
+    for (const Move& mv : policy.decide(v, (1000 + i * 100) * kMs)) {
+      EXPECT_EQ(mv.kind, MoveKind::move_replica);
+      EXPECT_EQ(mv.to_unit, 2);
+      moved_at = i;
+    }
+  }
+  // Held for the sustain window (500 ms), through intervals with no arrival.
+  EXPECT_EQ(moved_at, 5);
+}
+
 TEST(Rebalance, KeysHashedUnevenlyAreReassignedByTheirLoad) {
   // 8 keys over 4 replicas as 3/1/2/2: the replica with 3 paces all (1333/s).
   Model m(units({1, 1, 1, 1}), 4, 8, {0, 1, 2, 3});

@@ -67,21 +67,28 @@ const char* kThreeUnits =
     "  - {id: u1, threads: 1}\n"
     "  - {id: u2, threads: 1}\n";
 
-TEST(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
+/// Each test runs with the units' messages over the inproc transport and
+/// handed over directly (`transport: {in_process: direct}`).
+class Moves : public ::testing::TestWithParam<std::string> {
+ protected:
+  /// Loads the three units, this test's transport and `stages`, and starts.
+  void start(Runtime& rt, const std::string& stages) {
+    std::vector<Diagnostic> diags;
+    ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() + "stages:\n" + stages, "moves.yaml", &diags).ok())
+        << format_diagnostics(diags);
+    ASSERT_TRUE(rt.start().ok());
+  }
+};
+
+TEST_P(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 40}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 8},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 40}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 200);
   const char* units[] = {"u0", "u1", "u2"};
   constexpr int kMoves = 12;
@@ -115,23 +122,17 @@ TEST(Moves, AKeyedReplicaMovedBackAndForthUnderLoadLosesNothingAndKeepsOrder) {
   }
 }
 
-TEST(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
+TEST_P(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
   // sim.sink keeps each stream's next sequence number: a successor without
   // it would count the envelopes before the move as lost.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 4},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {service_us: 20},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u1, u2]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 4},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, inputs: {in: src/out}, params: {service_us: 20},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u1, u2]}}\n"));
   await_received(rt, 300);
   ASSERT_TRUE(rt.move_replica("sink", 0, "u2").ok());
   ASSERT_TRUE(await_moves(rt, 1));
@@ -152,21 +153,15 @@ TEST(Moves, AStatefulSinkMovedMidStreamKeepsItsPerStreamState) {
   EXPECT_EQ(r.moves[1].to, "u1");
 }
 
-TEST(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
+TEST_P(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 300);
   // Every stream to replica 1, then every stream to replica 0.
   std::vector<std::pair<std::uint64_t, int>> to_one;
@@ -201,23 +196,78 @@ TEST(Moves, KeysGivenToAnotherReplicaAndBackKeepEachStreamsOrder) {
   EXPECT_GT(zero_end, zero_middle);
 }
 
-TEST(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
+TEST_P(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
+  // sim.sink keeps each stream's next sequence number, per stream: keyed by
+  // stream, its streams can go to the other replica, each with its state. A
+  // replica given a stream without it would count the stream's envelopes
+  // before the hand-over as lost.
+  Runtime rt;
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: 2, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}, placement: {units: [u1, u2], spread: true}}\n"));
+  await_received(rt, 300);
+  std::vector<std::pair<std::uint64_t, int>> to_one;
+  std::vector<std::pair<std::uint64_t, int>> to_zero;
+  for (std::uint64_t s = 0; s < 6; ++s) {
+    to_one.emplace_back(s, 1);
+    to_zero.emplace_back(s, s % 2 == 0 ? 0 : 1);
+  }
+  ASSERT_TRUE(rt.reassign_keys("sink", to_one).ok());
+  ASSERT_TRUE(await_moves(rt, 1));
+  const std::uint64_t one_done = rt.moves_completed();
+  await_received(rt, 900);
+  ASSERT_TRUE(rt.reassign_keys("sink", to_zero).ok());
+  ASSERT_TRUE(await_moves(rt, one_done + 1));
+  await_received(rt, 1500);
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+  const RunReport r = rt.report();
+  expect_everything_once_in_order(r);
+  ASSERT_GE(r.moves.size(), 2U);
+  std::uint64_t keys = 0;
+  for (const auto& m : r.moves) {
+    EXPECT_EQ(m.kind, "keys");
+    keys += m.keys;
+  }
+  EXPECT_GE(keys, 6U);  // every stream went at least once
+  for (const auto& rep : r.replicas) {
+    if (rep.stage == "sink") {
+      EXPECT_GT(rep.processed, 0U) << rep.replica;
+    }
+  }
+}
+
+TEST_P(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
+  // sim.sink keeps its state per stream; keyed by part_id, a key is not a
+  // stream, so its keys cannot take their state along: reassigning them is
+  // refused.
+  Runtime rt;
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: sink, type: sim.sink, replicas: 2, key: part_id, inputs: {in: src/out},"
+                                " placement: {units: [u1, u2], spread: true}}\n"));
+  await_received(rt, 100);
+  const Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not per key"), std::string::npos) << s.message();
+  rt.request_stop();
+  ASSERT_TRUE(rt.wait().ok());
+}
+
+TEST_P(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
   // Asked for at once: the same replica twice, keys given away twice. Hosts
   // take the placements up one epoch at a time, so none misses a drain.
   Runtime rt;
-  std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
-                                 "stages:\n"
-                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
-                                 " placement: {units: [u0]}}\n"
-                                 "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},"
-                                 " params: {service_us: 30}}\n"
-                                 "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
-                                 " placement: {units: [u0]}}\n",
-                             "moves.yaml", &diags)
-                  .ok())
-      << format_diagnostics(diags);
-  ASSERT_TRUE(rt.start().ok());
+  ASSERT_NO_FATAL_FAILURE(start(rt,
+                                "  - {id: src, type: sim.source, params: {count: 0, streams: 6},"
+                                " placement: {units: [u0]}}\n"
+                                "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},"
+                                " params: {service_us: 30}}\n"
+                                "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out},"
+                                " placement: {units: [u0]}}\n"));
   await_received(rt, 300);
   std::vector<std::pair<std::uint64_t, int>> to_one;
   std::vector<std::pair<std::uint64_t, int>> to_two;
@@ -241,10 +291,10 @@ TEST(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
   EXPECT_GE(r.moves.size(), 4U);
 }
 
-TEST(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
+TEST_P(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
   Runtime rt;
   std::vector<Diagnostic> diags;
-  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) +
+  ASSERT_TRUE(rt.load_string(std::string(kThreeUnits) + GetParam() +
                                  "stages:\n"
                                  "  - {id: src, type: sim.source, params: {count: 0, rate_hz: 1000}}\n"
                                  "  - {id: sink, type: sim.sink, inputs: {in: src/out}}\n",
@@ -265,6 +315,11 @@ TEST(Moves, MovesThatCannotBeMadeAreRefusedWithTheReason) {
   rt.request_stop();
   ASSERT_TRUE(rt.wait().ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(InProcess, Moves, ::testing::Values("", "transport: {in_process: direct}\n"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? std::string("ZeroMq") : std::string("Direct");
+                         });
 
 }  // namespace
 }  // namespace swarmflow

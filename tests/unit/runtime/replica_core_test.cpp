@@ -182,6 +182,27 @@ class Later final : public Stage {
   std::vector<std::pair<std::int64_t, Envelope>> held_;
 };
 
+/// Forwards its input after `service_ms / speed` of simulated time: it
+/// applies its unit's speed itself, as `sim.*` stages do.
+class SpeedAware final : public Stage {
+ public:
+  void setup(StageSpec& s) override {
+    in_ = s.input<schema::Blob>("in");
+    out_ = s.output<schema::Blob>("out");
+    s.param(service_ms_, "service_ms", "simulated time per step at speed 1", 0, {0.0, 1e6});
+  }
+  Status process(Inputs& in, Outputs& out, StageContext& ctx) override {
+    g_now += static_cast<std::int64_t>(static_cast<double>(service_ms_ * kMs) / ctx.speed());
+    if (const Envelope* e = in.envelope(in_)) out.forward(out_, *e);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+  OutputPort<schema::Blob> out_;
+  std::int64_t service_ms_ = 0;
+};
+
 /// Emits, for each input, a Blob whose stream is its producer's replica.
 class WhoSent final : public Stage {
  public:
@@ -238,6 +259,12 @@ struct Recorder final : ReplicaEffects {
   void failed(const std::string& message) override { failure = message; }
   void log(const std::string& line) override { logs.push_back(line); }
   void snapshot(ReplicaSnapshot&&) override {}
+  std::vector<std::int64_t> holds;
+  /// A held thread: the simulated clock moves on by it.
+  void hold(std::int64_t ns) override {
+    holds.push_back(ns);
+    g_now += ns;
+  }
 
   int credits_returned() const {
     int n = 0;
@@ -264,7 +291,8 @@ struct Harness {
   Recorder effects;
   std::unique_ptr<ReplicaCore> core;
 
-  explicit Harness(const std::string& yaml, const std::string& stage) {
+  explicit Harness(const std::string& yaml, const std::string& stage, bool hop_figures = true,
+                   const std::atomic<double>* speed = nullptr) {
     g_now = 1000 * kMs;
     register_builtin_stages(registry);
     EXPECT_TRUE(registry.add<Pass>("test.pass", "forwards").ok());
@@ -273,6 +301,7 @@ struct Harness {
     EXPECT_TRUE(registry.add<Holder>("test.holder", "passes on what it holds in steps of its own").ok());
     EXPECT_TRUE(registry.add<Asker>("test.asker", "asks to be called back").ok());
     EXPECT_TRUE(registry.add<Later>("test.later", "emits each input later").ok());
+    EXPECT_TRUE(registry.add<SpeedAware>("test.speed_aware", "applies its unit's speed itself").ok());
     EXPECT_TRUE(registry.add<WhoSent>("test.who_sent", "tells who sent each input").ok());
     EXPECT_TRUE(registry.add<BrokenSource>("test.broken_source", "cannot produce").ok());
     std::vector<Diagnostic> diags;
@@ -301,6 +330,8 @@ struct Harness {
     s.subscribers = &subscribers;
     s.stop_requested = &stop;
     s.clock = [] { return g_now; };
+    s.speed_now = speed;
+    s.hop_figures = hop_figures;
     core = std::make_unique<ReplicaCore>(std::move(s), effects);
   }
 
@@ -370,6 +401,100 @@ TEST(ReplicaCore, CreditsReturnInBatchesAndReleasesWaitUntilTheOutputsAreAccepte
   EXPECT_EQ(h.effects.released(), 4);
   EXPECT_EQ(h.core->unreleased(), 0U);
   for (std::size_t i = 0; i < h.effects.sent.size(); ++i) EXPECT_EQ(h.effects.sent[i].envelope.header().seq, i);
+}
+
+TEST(ReplicaCore, ASlowedUnitTakesOneOverItsSpeedAsLongOverEveryStep) {
+  std::atomic<double> speed{0.25};
+  const std::string yaml =
+      "pipeline: core\nstages:\n"
+      "  - {id: src, type: sim.source}\n"
+      "  - {id: mid, type: test.pass, params: {service_ms: 4}, inputs: {in: src/out}}\n"
+      "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n";
+  Harness h(yaml, "mid", true, &speed);
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(in, 0, blob(0));
+  // 4 ms of work at a quarter of the speed: 12 ms more held, counted busy.
+  ASSERT_EQ(h.effects.holds.size(), 1U);
+  EXPECT_EQ(h.effects.holds[0], 12 * kMs);
+  EXPECT_EQ(g_now - t0, 16 * kMs);
+  EXPECT_EQ(h.stats[0]->busy_ns.load(), 16 * kMs);
+  // At nominal speed or faster, nothing is held (work cannot be sped up).
+  speed = 1.0;
+  h.core->deliver(in, 0, blob(1));
+  speed = 2.0;
+  h.core->deliver(in, 0, blob(2));
+  EXPECT_EQ(h.effects.holds.size(), 1U);
+  EXPECT_EQ(h.stats[0]->busy_ns.load(), 24 * kMs);
+  // The speed is read at every step: a unit slowed again holds again.
+  speed = 0.5;
+  h.core->deliver(in, 0, blob(3));
+  ASSERT_EQ(h.effects.holds.size(), 2U);
+  EXPECT_EQ(h.effects.holds[1], 4 * kMs);
+}
+
+TEST(ReplicaCore, AStageThatReadsItsUnitsSpeedAppliesItItself) {
+  std::atomic<double> speed{0.25};
+  const std::string yaml =
+      "pipeline: core\nstages:\n"
+      "  - {id: src, type: sim.source}\n"
+      "  - {id: mid, type: test.speed_aware, params: {service_ms: 4}, inputs: {in: src/out}}\n"
+      "  - {id: sink, type: sim.sink, inputs: {in: mid/out}}\n";
+  Harness h(yaml, "mid", true, &speed);
+  const int in = h.edge("src/out", "mid/in");
+  h.core->start();
+  const std::int64_t t0 = g_now;
+  h.core->deliver(in, 0, blob(0));
+  EXPECT_TRUE(h.effects.holds.empty());
+  EXPECT_EQ(g_now - t0, 16 * kMs);  // once, not twice
+}
+
+/// `e` as its producer sent it at `sent_ns`.
+Envelope sent_at(Envelope e, std::int64_t sent_ns) {
+  EnvelopeHeader h = e.header();
+  h.sent_ns = sent_ns;
+  return std::move(e).with_header(h);
+}
+
+TEST(ReplicaCore, OneEnvelopeInSixteenLeavesWithItsSendTimeTakenAfterItsWaitForCredit) {
+  Harness h(chain("block"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  // Every input carries its producer's send time: no output inherits it.
+  const std::int64_t first_step_end = g_now;
+  for (std::uint64_t seq = 0; seq < 14; ++seq) {
+    h.core->deliver(in, 0, sent_at(blob(seq), 7));
+    h.core->ack(out, 0, 1, 1, 0);
+    g_now += kMs;
+  }
+  h.core->deliver(in, 0, sent_at(blob(14), 7));
+  h.core->deliver(in, 0, sent_at(blob(15), 7));  // the sink's two credits are spent
+  h.core->deliver(in, 0, sent_at(blob(16), 7));  // the 17th waits for credit
+  ASSERT_EQ(h.effects.sent.size(), 16U);
+  g_now += 5 * kMs;
+  const std::int64_t credited = g_now;
+  h.core->ack(out, 0, 1, 1, 0);
+  ASSERT_EQ(h.effects.sent.size(), 17U);
+  for (std::size_t i = 0; i < h.effects.sent.size(); ++i) {
+    const EnvelopeHeader& sent = h.effects.sent[i].envelope.header();
+    ASSERT_EQ(sent.seq, i);
+    if (i == 0) {
+      EXPECT_EQ(sent.sent_ns, first_step_end) << "sent as its step ended";
+    } else if (i == kHopSampleEvery) {
+      EXPECT_EQ(sent.sent_ns, credited) << "sent when the credit came, not when its step ended";
+    } else {
+      EXPECT_EQ(sent.sent_ns, 0) << i;
+    }
+  }
+
+  // Without hop figures nothing is stamped, and nothing inherited goes on.
+  Harness off(chain("block"), "mid", false);
+  off.core->start();
+  off.core->deliver(off.edge("src/out", "mid/in"), 0, sent_at(blob(0), 7));
+  ASSERT_EQ(off.effects.sent.size(), 1U);
+  EXPECT_EQ(off.effects.sent[0].envelope.header().sent_ns, 0);
 }
 
 TEST(ReplicaCore, AnIdleReplicaReturnsWhatItOwesAfterAShortWhile) {

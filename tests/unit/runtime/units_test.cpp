@@ -1,11 +1,16 @@
 // Several units in one process: each its own actor system, envelopes between
-// them over the inproc transport, with the same guarantees as inside one unit.
+// them over the inproc transport (or, with `transport: {in_process: direct}`,
+// straight to the replicas' actors), with the same guarantees as inside one
+// unit.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <stdlib.h>
 
@@ -119,6 +124,145 @@ TEST(Units, PackBelowBytesFromThePipelineFileReachesTheTransport) {
   const Addresses a = payload_addresses(crossing_pipeline("transport: {pack_below_bytes: 0}\n", 64, 100));
   EXPECT_EQ(a.sent.size(), 100U);
   EXPECT_EQ(a.sent, a.arrived);
+}
+
+// -- transport: {in_process: direct} ------------------------------------------
+
+const std::string kDirect = "transport: {in_process: direct}\n";
+
+TEST(Units, InProcessDirectCrossesThreeUnitsLikeTheTransportWithoutIt) {
+  const std::string stages =
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 3000, streams: 6}}\n"
+      "  - {id: work, type: sim.work, replicas: 3, key: stream, inputs: {in: src/out},\n"
+      "     placement: {spread: true}, params: {service_us: 10}}\n"
+      "  - {id: sink, type: sim.sink, key: stream, inputs: {in: work/out}}\n";
+  RunReport r = run("pipeline: direct\nunits: 3\n" + kDirect + stages);
+  ASSERT_TRUE(r.ok) << r.error;
+  const StageReport* sink = r.stage("sink");
+  EXPECT_EQ(counter(sink, "received"), 3000);
+  EXPECT_EQ(counter(sink, "lost"), 0);
+  EXPECT_EQ(counter(sink, "duplicate"), 0);
+  EXPECT_EQ(counter(sink, "reordered"), 0);
+  expect_conservation(r);
+  ASSERT_EQ(r.units.size(), 3U);
+  int hosted = 0;
+  for (const auto& u : r.units) {
+    EXPECT_GT(u.replicas, 0) << u.id << " hosts nothing";
+    EXPECT_EQ(u.sent, 0U) << u.id << ": nothing went through the transport";
+    EXPECT_EQ(u.received, 0U) << u.id;
+    hosted += u.replicas;
+  }
+  EXPECT_EQ(hosted, 5);
+}
+
+TEST(Units, InProcessDirectHandsOverEvenSmallPayloadsWithoutACopy) {
+  // Through the transport a 64-byte payload is copied into its pack; handed
+  // over directly it is the same bytes.
+  const Addresses a = payload_addresses(crossing_pipeline(kDirect, 64, 100));
+  ASSERT_EQ(a.report.units.size(), 2U);
+  EXPECT_EQ(a.report.units[1].received, 0U);
+  EXPECT_EQ(a.sent.size(), 100U);
+  EXPECT_EQ(a.sent, a.arrived);
+}
+
+TEST(Units, InProcessDirectKeepsTheTransportsSizeLimitBetweenUnits) {
+  // As if the units were processes: a pipeline behaves the same when they
+  // are split up later.
+  RunReport r = run("pipeline: big\nunits: 2\ntransport: {max_message_bytes: 65536, in_process: direct}\nstages:\n"
+                    "  - {id: src, type: sim.source, params: {count: 12, payload_bytes: 65536},\n"
+                    "     placement: {units: [u0]}}\n"
+                    "  - {id: sink, type: sim.sink, inputs: {in: src/out}, placement: {units: [u1]}}\n");
+  ASSERT_TRUE(r.ok) << r.error;
+  const EdgeReport* e = r.edge("src/out", "sink/in");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->sent, 12U);
+  EXPECT_EQ(e->too_large, 12U);
+  EXPECT_EQ(e->delivered, 0U);
+}
+
+TEST(Units, InProcessDirectSlowConsumerOnAnotherUnitKeepsItsQueueBounded) {
+  for (const std::string policy : {"block", "drop_oldest"}) {
+    RunReport r = run("pipeline: of\nunits: 2\n" + kDirect + "stages:\n"
+                      "  - {id: src, type: sim.source, params: {count: 500, rate_hz: 20000}, placement: {units: [u0]}}\n"
+                      "  - {id: sink, type: sim.sink, inputs: {in: src/out}, params: {service_us: 300},\n"
+                      "     placement: {units: [u1]}, queue: {capacity: 4, overflow: " + policy + "}}\n");
+    expect_conservation(r);
+    const EdgeReport* e = r.edge("src/out", "sink/in");
+    ASSERT_NE(e, nullptr);
+    EXPECT_LE(e->peak_in_flight, 4U) << policy;
+    EXPECT_GT(e->dropped, 0U) << policy;
+    EXPECT_EQ(static_cast<std::uint64_t>(counter(r.stage("sink"), "received")) + e->dropped, 500U) << policy;
+  }
+}
+
+/// Envelopes of `ArrivalProbe` that reached `ArrivalCounter`, on another unit.
+std::atomic<int> g_arrived{0};
+
+/// A source of 64 KiB Blobs that, from its second step on, waits (at most
+/// 10 s) until the first has reached its consumer: all of its steps are one
+/// pull, one handler of its host. `waited_out` counts the waits that ended
+/// without it.
+class ArrivalProbe final : public Stage {
+ public:
+  static std::atomic<int> waited_out;
+  void setup(StageSpec& s) override { out_ = s.output<schema::Blob>("out"); }
+  Status process(Inputs&, Outputs& out, StageContext&) override {
+    if (made_ == 3) return Status::end_of_stream();
+    if (made_ > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (g_arrived.load() == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (g_arrived.load() == 0) waited_out.fetch_add(1);
+    }
+    flatbuffers::FlatBufferBuilder fbb(70000);
+    auto data = fbb.CreateVector(std::vector<std::uint8_t>(65536, 7));
+    fbb.Finish(schema::CreateBlob(fbb, 0, static_cast<std::uint64_t>(made_), data), schema::BlobIdentifier());
+    EnvelopeHeader h;
+    h.seq = static_cast<std::uint64_t>(made_++);
+    out.emit(out_, Payload::from_builder(fbb), h);
+    return {};
+  }
+
+ private:
+  OutputPort<schema::Blob> out_;
+  int made_ = 0;
+};
+std::atomic<int> ArrivalProbe::waited_out{0};
+
+class ArrivalCounter final : public Stage {
+ public:
+  void setup(StageSpec& s) override { in_ = s.input<schema::Blob>("in"); }
+  Status process(Inputs& in, Outputs&, StageContext&) override {
+    if (in.get(in_) != nullptr) g_arrived.fetch_add(1);
+    return {};
+  }
+
+ private:
+  InputPort<schema::Blob> in_;
+};
+
+TEST(Units, InProcessDirectSendsALargePayloadBeforeItsHandlerEnds) {
+  // Held until the source's pull ends, the first payload could not arrive
+  // while the source waits for it (as it does through the transport).
+  g_arrived = 0;
+  ArrivalProbe::waited_out = 0;
+  Runtime rt;
+  ASSERT_TRUE(rt.registry().add<ArrivalProbe>("test.arrival_probe", "waits for its first payload to arrive").ok());
+  ASSERT_TRUE(rt.registry().add<ArrivalCounter>("test.arrival_counter", "counts arrivals").ok());
+  std::vector<Diagnostic> diags;
+  ASSERT_TRUE(rt.load_string("pipeline: early\nunits: 2\n" + kDirect + "stages:\n"
+                             "  - {id: src, type: test.arrival_probe, placement: {units: [u0]}}\n"
+                             "  - {id: sink, type: test.arrival_counter, inputs: {in: src/out}, queue: {capacity: 4},\n"
+                             "     placement: {units: [u1]}}\n",
+                             "early.yaml", &diags)
+                  .ok())
+      << format_diagnostics(diags);
+  ASSERT_TRUE(rt.run().ok());
+  EXPECT_EQ(g_arrived.load(), 3);
+  EXPECT_EQ(ArrivalProbe::waited_out.load(), 0) << "the first payload waited for the source's handler to end";
+  EXPECT_EQ(rt.report().units[1].received, 0U);
 }
 
 TEST(Units, APayloadTooLargeForTheTransportIsDroppedAndCountedNotLost) {

@@ -193,7 +193,18 @@ TEST(WireHeaderFrame, DeliverHeaderRoundTrips) {
   ASSERT_EQ(d->envelope.hop_count, 2);
   EXPECT_EQ(d->envelope.hop_ns[0], 100);
   EXPECT_EQ(d->envelope.hop_ns[1], 200);
+  EXPECT_EQ(d->envelope.sent_ns, 0);
   EXPECT_EQ(d->payload_id, "SFBL");
+}
+
+TEST(WireHeaderFrame, SendTimeRoundTrips) {
+  WireHeader h = deliver_header("SFBL");
+  h.envelope.sent_ns = 250;
+  const Bytes b = header_bytes(h);
+  const auto d = decode_header(b.data(), b.size(), WireLimits{}, nullptr);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->envelope.sent_ns, 250);
+  EXPECT_EQ(d->envelope.hop_ns[1], 200);
 }
 
 TEST(WireHeaderFrame, FullHopTraceRoundTrips) {
@@ -591,7 +602,7 @@ TEST(WireRejection, EveryReasonHasAName) {
 
 Bytes record_header_bytes(const WireHeader& h) {
   Bytes out(kRecordHeaderSize);
-  encode_record_header(h, out.data());
+  out.resize(encode_record_header(h, out.data()));
   return out;
 }
 
@@ -638,17 +649,42 @@ TEST(WirePack, RecordHeaderRoundTripsEveryField) {
   EXPECT_EQ(back->credits, 3U);
   EXPECT_EQ(back->released, 4U);
   EXPECT_DOUBLE_EQ(back->service_ns, 12.5);
+  EXPECT_EQ(back->envelope.sent_ns, 0);
+  EXPECT_EQ(b.size(), kShortRecordHeaderSize) << "no send time, no bytes for it";
   // Any alignment will do: the header is copied out, not read in place.
   Bytes shifted(b.size() + 1);
   std::memcpy(shifted.data() + 1, b.data(), b.size());
   EXPECT_TRUE(decode_record_header(shifted.data() + 1, b.size(), &why).has_value());
 }
 
+TEST(WirePack, RecordHeaderWithASendTimeIsTheLongOneAndTheShortOneStillReads) {
+  WireHeader h = deliver_header("SFBL");
+  h.envelope.sent_ns = 250;
+  const Bytes timed = record_header_bytes(h);
+  ASSERT_EQ(timed.size(), kRecordHeaderSize);
+  const auto back = decode_record_header(timed.data(), timed.size(), nullptr);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->envelope.sent_ns, 250);
+  EXPECT_EQ(back->envelope.hop_ns[1], 200);
+  // The same record without its last field is one from a sender without send times.
+  const auto shorter = decode_record_header(timed.data(), kShortRecordHeaderSize, nullptr);
+  ASSERT_TRUE(shorter.has_value());
+  EXPECT_EQ(shorter->envelope.sent_ns, 0);
+  EXPECT_EQ(shorter->envelope.seq, 42U);
+  EXPECT_EQ(shorter->envelope.hop_ns[1], 200);
+}
+
 TEST(WirePack, RecordHeaderRejectsBadSizeAndFields) {
   Rejection why = Rejection::none;
-  const Bytes good = record_header_bytes(deliver_header("SFBL"));
-  EXPECT_FALSE(decode_record_header(good.data(), good.size() - 8, &why).has_value());
-  EXPECT_EQ(why, Rejection::header_size);
+  WireHeader timed = deliver_header("SFBL");
+  timed.envelope.sent_ns = 1;
+  const Bytes good = record_header_bytes(timed);
+  for (const std::size_t size : {kShortRecordHeaderSize - 8, kShortRecordHeaderSize + 4, kRecordHeaderSize + 8}) {
+    Bytes b = good;
+    b.resize(size);
+    EXPECT_FALSE(decode_record_header(b.data(), b.size(), &why).has_value()) << size;
+    EXPECT_EQ(why, Rejection::header_size);
+  }
   WireHeader nan = deliver_header("SFBL");
   nan.envelope.confidence = std::numeric_limits<float>::quiet_NaN();
   Bytes b = record_header_bytes(nan);
@@ -674,8 +710,9 @@ TEST(WirePack, RecordsRoundTripInOrderAsViewsOfTheFrame) {
   w.add(Destination{FrameKind::ack, 4, 0, 7}, ack_h.data(), ack_h.size(), nullptr, 0);
   w.add(Destination{FrameKind::deliver, 3, 2, 7}, tokens_h.data(), tokens_h.size(), tokens.data(), tokens.size());
   ASSERT_EQ(w.records(), 3U);
-  EXPECT_EQ(w.size(), kPackHeadSize + pack_record_size(kRecordHeaderSize, blob.size()) +
-                          pack_record_size(kRecordHeaderSize, 0) + pack_record_size(kRecordHeaderSize, tokens.size()));
+  EXPECT_EQ(w.size(), kPackHeadSize + pack_record_size(kShortRecordHeaderSize, blob.size()) +
+                          pack_record_size(kShortRecordHeaderSize, 0) +
+                          pack_record_size(kShortRecordHeaderSize, tokens.size()));
 
   const AlignedPack p = aligned(w);
   std::vector<std::array<FrameView, 3>> records;
