@@ -315,6 +315,24 @@ SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+/// The sum over i < n of e^(x[i] - shift), the exponentials in 8 float
+/// lanes, summed in double.
+SWARMFLOW_LM_AVX2 double sum_exp_avx2(const float* x, int n, float shift) {
+  const __m256 m = _mm256_set1_ps(shift);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
+  return sum;
+}
+
 // Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
 // a head is a few vectors long, and wider ones gain nothing here).
 /// NB blocks of W positions of one head's scores: a multiply-add chain over
@@ -334,35 +352,43 @@ SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, int hd, floa
   for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
 }
 
-/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of 32 from h0.
-template <int NH>
-SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs, int n,
-                                   int h0, int group, float* out) {
-  __m256 acc[NH][4];
+/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of NV vectors
+/// (head_dim = 8 NV) from h0, their sums in registers over the positions.
+template <int NH, int NV>
+SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                   std::ptrdiff_t vh_stride, int n, int h0, int group, float* out) {
+  __m256 acc[NH][NV];
 #pragma GCC unroll 8
   for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
+  }
+  const float* vh[NH];
+  const float* sh[NH];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    vh[h] = v + ((h0 + h) / group) * vh_stride;
+    sh[h] = scores + static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8;
   }
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + j * vs;
 #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h) {
-      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8 + j]);
-      const float* vh = vj + ((h0 + h) / group) * 32;
+      const __m256 a = _mm256_set1_ps(sh[h][j]);
+      const float* vj = vh[h] + j * vs;
 #pragma GCC unroll 8
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + 8 * c), acc[h][c]);
+      for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vj + 8 * c), acc[h][c]);
     }
   }
 #pragma GCC unroll 8
   for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + (h0 + h) * 32 + 8 * c, acc[h][c]);
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + (h0 + h) * NV * 8 + 8 * c, acc[h][c]);
   }
 }
 
 SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t vs,
-                                   int n, int heads, int group, int hd, float scale, float* scores, float* out) {
+                                   std::ptrdiff_t vh_stride, int n, int heads, int group, int hd, float scale,
+                                   float* scores, float* out) {
   const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
   const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
   for (int h = 0; h < heads; ++h) {
@@ -383,17 +409,20 @@ SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_block
     // Two heads at a time, their 8 vectors of sums in registers over the
     // positions (the same chain of multiply-adds per value as below).
     int h = 0;
-    for (; h + 2 <= heads; h += 2) values_avx2<2>(scores, kt_blocks, v, vs, n, h, group, out);
-    if (h < heads) values_avx2<1>(scores, kt_blocks, v, vs, n, h, group, out);
+    for (; h + 2 <= heads; h += 2) values_avx2<2, 4>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
+    if (h < heads) values_avx2<1, 4>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
     return;
   }
-  // Position by position, every head: each cached row of values is read once.
+  if (hd == 64) {
+    for (int h = 0; h < heads; ++h) values_avx2<1, 8>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
+    return;
+  }
+  // Position by position, every head.
   std::fill(out, out + heads * hd, 0.0f);
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + j * vs;
     for (int h = 0; h < heads; ++h) {
       const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h) * kt_blocks * 8 + j]);
-      const float* vh = vj + (h / group) * hd;
+      const float* vh = v + (h / group) * vh_stride + j * vs;
       float* oh = out + h * hd;
       for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
     }
@@ -475,8 +504,9 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 }
 
 
-void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n,
-            int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride,
+            std::ptrdiff_t v_head_stride, int n, int heads, int kv_heads, int head_dim, float scale, float* scores,
+            float* out, Kernel kernel) {
   const int group = heads / kv_heads;
   if (n <= 0) {
     std::fill(out, out + heads * head_dim, 0.0f);
@@ -484,7 +514,7 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
   }
 #if defined(SWARMFLOW_LM_X86)
   if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
-    return attend_avx2(q, kt, kt_blocks, v, v_stride, n, heads, group, head_dim, scale, scores, out);
+    return attend_avx2(q, kt, kt_blocks, v, v_stride, v_head_stride, n, heads, group, head_dim, scale, scores, out);
   }
 #else
   (void)kernel;
@@ -492,11 +522,21 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
   const std::ptrdiff_t per_head = static_cast<std::ptrdiff_t>(kt_blocks) * head_dim * 8;
   for (int h = 0; h < heads; ++h) {
     const int g = h / group;
-    attend_portable(q + h * head_dim, kt + g * per_head, v + static_cast<std::ptrdiff_t>(g) * head_dim, v_stride, n,
+    attend_portable(q + h * head_dim, kt + g * per_head, v + g * v_head_stride, v_stride, n,
                     head_dim, scale, scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8, out + h * head_dim);
   }
 }
 
+
+double sum_exp(const float* x, int n, float shift) {
+#if defined(SWARMFLOW_LM_X86)
+  static const bool avx2 = kernel_supported(Kernel::avx2);
+  if (avx2) return sum_exp_avx2(x, n, shift);
+#endif
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
+  return sum;
+}
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {
 #if defined(SWARMFLOW_LM_X86)

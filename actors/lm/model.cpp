@@ -63,10 +63,17 @@ class Reader {
 };
 
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
-  double ss = 0;
-  for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+  // Eight independent sums, so that the squares are not one long chain of
+  // additions (the compiler keeps the order of a single one).
+  double part[8] = {};
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
-  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+  for (i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
 std::string fail(const std::string& name, const std::string& what) {
@@ -462,10 +469,14 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       rope(qt, c.heads, pos_of[t]);
       rope(qt + d, c.kv_heads, pos_of[t]);
       KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
-      const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
-      std::memcpy(&cache.v_[at], qt + d + kv, sizeof(float) * kv);
-      // Keys in blocks of 8 positions (attend()): KV head g's dimension i.
+      // Values by KV head, then position; keys in blocks of 8 positions
+      // (attend()): KV head g's dimension i.
       const int p = pos_of[t];
+      float* vt = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      for (int g = 0; g < c.kv_heads; ++g) {
+        std::memcpy(vt + (static_cast<std::ptrdiff_t>(g) * cache.capacity_ + p) * hd, qt + d + kv + g * hd,
+                    sizeof(float) * hd);
+      }
       float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       for (int g = 0; g < c.kv_heads; ++g) {
         float* block = kt + ((static_cast<std::ptrdiff_t>(g) * cache.k_blocks_ + p / 8) * hd) * 8 + p % 8;
@@ -478,7 +489,8 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
       scores.resize(static_cast<std::size_t>(cache.k_blocks_) * 8 * c.heads);
-      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
+      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, hd, static_cast<std::ptrdiff_t>(cache.capacity_) * hd, n,
+             c.heads, c.kv_heads, hd, scale, scores.data(),
              &att[t * d], kernel_);
     }
     matmul(att.data(), total, L.o, tmp.data());

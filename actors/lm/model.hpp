@@ -58,7 +58,7 @@ class KvCache {
   int kv_dim_ = 0;
   int k_blocks_ = 0;      // blocks of 8 positions (attend reads whole blocks)
   std::vector<float> k_;  // [layer][kv_head][block][head_dim][8]: see attend()
-  std::vector<float> v_;  // [layer][position][kv_dim]
+  std::vector<float> v_;  // [layer][kv_head][position][head_dim]
 };
 
 /// One sequence's part of a forward step: `count` new tokens appended to

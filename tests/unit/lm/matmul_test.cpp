@@ -110,7 +110,7 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
         const float scale = 0.5f;
         std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
         std::vector<float> out(static_cast<std::size_t>(heads) * hd);
-        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(),
+        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, hd, n, heads, kv_heads, hd, scale, scores.data(),
                out.data(), kernel);
         for (int h = 0; h < heads; ++h) {
           const int at = h / (heads / kv_heads) * hd;
