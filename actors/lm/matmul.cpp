@@ -141,9 +141,18 @@ SWARMFLOW_LM_SSE2 void matmul_sse2(const float* x, int rows, const PackedMatrix&
   }
 }
 
+// How far ahead of its reads the first tile of a batch over a panel asks
+// for the panel's weights (and then the next panel's): a batch's tile has
+// many multiply-adds per weight, too few loads in flight to hide memory on
+// its own, so without this it waits for the weights and then computes
+// instead of doing both at once. One token alone (a load-bound GEMV) does
+// not need it.
+constexpr std::ptrdiff_t kFetchAheadBytes = 16384;
+
 // AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 2
-// (16 ymm registers; 3 tokens would spill).
-template <int NT>
+// (16 ymm registers; 3 tokens would spill). kFetch: ask for the weights
+// kFetchAheadBytes ahead.
+template <int NT, bool kFetch = false>
 SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m256 acc[NT][4];
   #pragma GCC unroll 8
@@ -154,6 +163,11 @@ SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* w
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 32;
+    if constexpr (kFetch) {
+      const char* ahead = reinterpret_cast<const char*>(wk) + kFetchAheadBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    }
     const __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8), w2 = _mm256_load_ps(wk + 16),
                  w3 = _mm256_load_ps(wk + 24);
     #pragma GCC unroll 8
@@ -181,7 +195,11 @@ SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix&
     const int n = std::min(P, out - o0);
     int t = 0;
     for (; t + 2 <= rows; t += 2) {
-      tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      if (t == 0) {
+        tile_avx2<2, true>(x, ldx, in, wp, tile);
+      } else {
+        tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      }
       put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
     if (t < rows) {
@@ -192,8 +210,9 @@ SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix&
 }
 
 // AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6
-// (24 accumulators, 4 weights and a broadcast in 32 registers).
-template <int NT>
+// (24 accumulators, 4 weights and a broadcast in 32 registers). kFetch: ask
+// for the weights kFetchAheadBytes ahead.
+template <int NT, bool kFetch = false>
 SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m512 acc[NT][4];
   #pragma GCC unroll 8
@@ -204,6 +223,13 @@ SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const floa
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 64;
+    if constexpr (kFetch) {
+      const char* ahead = reinterpret_cast<const char*>(wk) + kFetchAheadBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
+    }
     const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32),
                  w3 = _mm512_load_ps(wk + 48);
     #pragma GCC unroll 8
@@ -231,15 +257,20 @@ SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMat
     const int n = std::min(P, out - o0);
     int t = 0;
     for (; t + 6 <= rows; t += 6) {
-      tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      if (t == 0) {
+        tile_avx512<6, true>(x, ldx, in, wp, tile);
+      } else {
+        tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      }
       put(tile, 6, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
     const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    const bool first = t == 0;  // and more than one token: a batch's first tile
     switch (rows - t) {
-      case 5: tile_avx512<5>(xt, ldx, in, wp, tile); break;
-      case 4: tile_avx512<4>(xt, ldx, in, wp, tile); break;
-      case 3: tile_avx512<3>(xt, ldx, in, wp, tile); break;
-      case 2: tile_avx512<2>(xt, ldx, in, wp, tile); break;
+      case 5: first ? tile_avx512<5, true>(xt, ldx, in, wp, tile) : tile_avx512<5>(xt, ldx, in, wp, tile); break;
+      case 4: first ? tile_avx512<4, true>(xt, ldx, in, wp, tile) : tile_avx512<4>(xt, ldx, in, wp, tile); break;
+      case 3: first ? tile_avx512<3, true>(xt, ldx, in, wp, tile) : tile_avx512<3>(xt, ldx, in, wp, tile); break;
+      case 2: first ? tile_avx512<2, true>(xt, ldx, in, wp, tile) : tile_avx512<2>(xt, ldx, in, wp, tile); break;
       case 1: tile_avx512<1>(xt, ldx, in, wp, tile); break;
       default: break;
     }
