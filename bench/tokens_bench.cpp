@@ -16,7 +16,7 @@
 // models/devil-1m.sflm).
 //
 //   swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] [--max-size 16]
-//                          [--step-factors 2,4] [--model models/devil-9m.sflm]
+//                          [--step-factors 2,4] [--prefill-chunk 64] [--model models/devil-8m.sflm]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -48,7 +48,8 @@ const char* kPrompts[] = {"ABSURDITY, n.", "BORE, n.  A person who talks", "CYNI
                           "LOVE, n.  A temporary insanity curable by", "WAR, n.", "PHILOSOPHY, n.",
                           "LAWYER, n.  One skilled in", "DICTIONARY, n."};
 
-std::string g_model;  // --model: empty = the stages' default
+std::string g_model;       // --model: empty = the stages' default
+int g_prefill_chunk = 64;  // --prefill-chunk: batch.prefill_chunk (the stage's default)
 
 std::string pipeline(int max_size, double step_factor) {
   const std::string model = g_model.empty() ? "" : "model: \"" + g_model + "\", ";
@@ -58,7 +59,8 @@ std::string pipeline(int max_size, double step_factor) {
     << "  - {id: tokenize, type: lm.tokenize, inputs: {in: prompts/out}, params: {" << model << "}}\n"
     << "  - {id: generate, type: lm.generate, inputs: {in: tokenize/out}, queue: {capacity: 256},\n"
     << "     params: {" << model << "batch.max_size: " << max_size << ", batch.kv_budget_tokens: 100000, batch.max_queue: 100000,\n"
-    << "              batch.max_step_factor: " << step_factor << "}}\n"
+    << "              batch.max_step_factor: " << step_factor
+    << ", batch.prefill_chunk: " << g_prefill_chunk << "}}\n"
     << "  - {id: detokenize, type: lm.detokenize, inputs: {in: generate/out}, queue: {capacity: 256}}\n";
   return y.str();
 }
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--help") == 0 || i + 1 >= argc) {
       std::printf("usage: swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] "
-                  "[--max-size 16] [--step-factors F1,F2,...] [--model PATH]\n");
+                  "[--max-size 16] [--step-factors F1,F2,...] [--prefill-chunk 64] [--model PATH]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
     const std::string opt = argv[i];
@@ -170,6 +172,8 @@ int main(int argc, char** argv) {
       max_tokens = std::stoi(argv[i + 1]);
     } else if (opt == "--model") {
       g_model = argv[i + 1];
+    } else if (opt == "--prefill-chunk") {
+      g_prefill_chunk = std::stoi(argv[i + 1]);
     } else if (opt == "--max-size") {
       max_size = std::stoi(argv[i + 1]);
     } else {
@@ -177,8 +181,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; model %s; %s kernel\n", seconds,
-              max_tokens, g_model.empty() ? "models/devil-1m.sflm (default)" : g_model.c_str(),
+  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; prefill chunk %d; model %s; %s kernel\n",
+              seconds, max_tokens, g_prefill_chunk, g_model.empty() ? "models/devil-1m.sflm (default)" : g_model.c_str(),
               swarmflow::lm::kernel_name(swarmflow::lm::best_kernel()));
   std::printf("%-8s %-9s %9s %9s %10s %10s %10s %10s %10s\n", "req/s", "mode", "answered", "rejected", "tokens/s",
               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
