@@ -6,7 +6,8 @@
 // measures continuous batching (batch.max_size N) and one request at a time
 // (batch.max_size 1): TTFT and TPOT p50/p99 as the client sees them, and
 // tokens/s delivered. Then the highest rate where batching keeps TTFT p99
-// under 800 ms and TPOT p99 under 45 ms.
+// under 800 ms and TPOT p99 under 45 ms, and there the ratios to one at a
+// time at that rate and to one at a time at its best in the run.
 //
 // With --step-factors, batching runs again at each rate with
 // batch.max_step_factor set to each factor (steps capped to that many times
@@ -219,7 +220,14 @@ int main(int argc, char** argv) {
     std::string mode;
     double rate = 0;
     Ratio at;
+    double tokens_per_s = 0;  // batching's, there
+    double tpot_p99 = 0;
   };
+  // One at a time is saturated at the rates that matter, so its tokens/s
+  // there is its capacity, and a slow run of it (the machine busy) would
+  // flatter batching: batching is also held against its best in the run,
+  // the most tokens/s and the lowest TPOT p99 it reached at any rate.
+  double alone_tokens_best = 0, alone_tpot_best = 0;
   const std::string batch_mode = "batch" + std::to_string(max_size);
   std::vector<Best> bests(1 + step_factors.size());
   bests[0].mode = batch_mode;
@@ -232,6 +240,10 @@ int main(int argc, char** argv) {
     Result alone = run(rate, seconds, max_tokens, 1, 0, 1);
     Result batched = run(rate, seconds, max_tokens, max_size, 0, 1);
     print(rate, "alone", alone);
+    alone_tokens_best = std::max(alone_tokens_best, tokens_per_s(alone));
+    if (!alone.tpot_ms.empty() && (alone_tpot_best == 0 || percentile(alone.tpot_ms, 0.99) < alone_tpot_best)) {
+      alone_tpot_best = percentile(alone.tpot_ms, 0.99);
+    }
     print(rate, batch_mode, batched);
     std::vector<Result> capped;
     for (double f : step_factors) {
@@ -248,11 +260,15 @@ int main(int argc, char** argv) {
     }
     if (meets_budgets(batched)) {
       best = std::max(best, rate);
-      if (rate >= bests[0].rate) bests[0] = Best{bests[0].mode, rate, ratio(alone, batched)};
+      if (rate >= bests[0].rate) {
+        bests[0] = Best{bests[0].mode, rate, ratio(alone, batched), tokens_per_s(batched),
+                        percentile(batched.tpot_ms, 0.99)};
+      }
     }
     for (std::size_t i = 0; i < capped.size(); ++i) {
       if (meets_budgets(capped[i]) && rate >= bests[i + 1].rate) {
-        bests[i + 1] = Best{bests[i + 1].mode, rate, ratio(alone, capped[i])};
+        bests[i + 1] = Best{bests[i + 1].mode, rate, ratio(alone, capped[i]), tokens_per_s(capped[i]),
+                            percentile(capped[i].tpot_ms, 0.99)};
       }
     }
   }
@@ -266,6 +282,12 @@ int main(int argc, char** argv) {
     std::printf("%s: highest rate meeting the budgets %.0f req/s; there %.2fx the tokens/s of one at a time at "
                 "%.2fx its TPOT p99: target (>= 3x at <= 2x) %s\n",
                 b.mode.c_str(), b.rate, b.at.tokens, b.at.tpot, met ? "met" : "not met");
+    const double tokens = alone_tokens_best > 0 ? b.tokens_per_s / alone_tokens_best : 0;
+    const double tpot = alone_tpot_best > 0 ? b.tpot_p99 / alone_tpot_best : 0;
+    std::printf("%s: against one at a time at its best in this run (%.0f tokens/s, TPOT p99 %.2f ms): %.2fx at "
+                "%.2fx: target %s\n",
+                b.mode.c_str(), alone_tokens_best, alone_tpot_best, tokens, tpot,
+                tokens >= 3 && tpot <= 2 ? "met" : "not met");
   }
   return 0;
 }
