@@ -265,7 +265,7 @@ SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMat
       put(tile, 6, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
     const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
-    const bool first = t == 0;  // and more than one token: a batch's first tile
+    const bool first = t == 0;  // a batch's first tile (one token alone, case 1, asks for nothing)
     switch (rows - t) {
       case 5: first ? tile_avx512<5, true>(xt, ldx, in, wp, tile) : tile_avx512<5>(xt, ldx, in, wp, tile); break;
       case 4: first ? tile_avx512<4, true>(xt, ldx, in, wp, tile) : tile_avx512<4>(xt, ldx, in, wp, tile); break;
