@@ -6,14 +6,18 @@
 // measures continuous batching (batch.max_size N) and one request at a time
 // (batch.max_size 1): TTFT and TPOT p50/p99 as the client sees them, and
 // tokens/s delivered. Then the highest rate where batching keeps TTFT p99
-// under 800 ms and TPOT p99 under 45 ms.
+// under 800 ms and TPOT p99 under 45 ms, and there the ratios to one at a
+// time at that rate and to one at a time at its best in the run.
 //
 // With --step-factors, batching runs again at each rate with
 // batch.max_step_factor set to each factor (steps capped to that many times
 // a one-token step), each compared with one at a time.
 //
+// --model runs another model file (default: the stages' default,
+// models/devil-1m.sflm).
+//
 //   swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] [--max-size 16]
-//                          [--step-factors 2,4]
+//                          [--step-factors 2,4] [--prefill-chunk 64] [--model models/devil-8m.sflm]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -45,14 +49,19 @@ const char* kPrompts[] = {"ABSURDITY, n.", "BORE, n.  A person who talks", "CYNI
                           "LOVE, n.  A temporary insanity curable by", "WAR, n.", "PHILOSOPHY, n.",
                           "LAWYER, n.  One skilled in", "DICTIONARY, n."};
 
+std::string g_model;       // --model: empty = the stages' default
+int g_prefill_chunk = 64;  // --prefill-chunk: batch.prefill_chunk (the stage's default)
+
 std::string pipeline(int max_size, double step_factor) {
+  const std::string model = g_model.empty() ? "" : "model: \"" + g_model + "\", ";
   std::ostringstream y;
   y << "pipeline: tokens-bench\nunits: 1\nstages:\n"
     << "  - {id: prompts, type: lm.prompts}\n"
-    << "  - {id: tokenize, type: lm.tokenize, inputs: {in: prompts/out}}\n"
+    << "  - {id: tokenize, type: lm.tokenize, inputs: {in: prompts/out}, params: {" << model << "}}\n"
     << "  - {id: generate, type: lm.generate, inputs: {in: tokenize/out}, queue: {capacity: 256},\n"
-    << "     params: {batch.max_size: " << max_size << ", batch.kv_budget_tokens: 100000, batch.max_queue: 100000,\n"
-    << "              batch.max_step_factor: " << step_factor << "}}\n"
+    << "     params: {" << model << "batch.max_size: " << max_size << ", batch.kv_budget_tokens: 100000, batch.max_queue: 100000,\n"
+    << "              batch.max_step_factor: " << step_factor
+    << ", batch.prefill_chunk: " << g_prefill_chunk << "}}\n"
     << "  - {id: detokenize, type: lm.detokenize, inputs: {in: generate/out}, queue: {capacity: 256}}\n";
   return y.str();
 }
@@ -147,7 +156,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--help") == 0 || i + 1 >= argc) {
       std::printf("usage: swarmflow_bench_tokens [--rates 50,100,200,400] [--seconds 4] [--max-tokens 64] "
-                  "[--max-size 16] [--step-factors F1,F2,...]\n");
+                  "[--max-size 16] [--step-factors F1,F2,...] [--prefill-chunk 64] [--model PATH]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
     const std::string opt = argv[i];
@@ -162,6 +171,10 @@ int main(int argc, char** argv) {
       seconds = std::stod(argv[i + 1]);
     } else if (opt == "--max-tokens") {
       max_tokens = std::stoi(argv[i + 1]);
+    } else if (opt == "--model") {
+      g_model = argv[i + 1];
+    } else if (opt == "--prefill-chunk") {
+      g_prefill_chunk = std::stoi(argv[i + 1]);
     } else if (opt == "--max-size") {
       max_size = std::stoi(argv[i + 1]);
     } else {
@@ -169,8 +182,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; the shipped model; %s kernel\n",
-              seconds, max_tokens, swarmflow::lm::kernel_name(swarmflow::lm::best_kernel()));
+  std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; prefill chunk %d; model %s; %s kernel\n",
+              seconds, max_tokens, g_prefill_chunk, g_model.empty() ? "models/devil-1m.sflm (default)" : g_model.c_str(),
+              swarmflow::lm::kernel_name(swarmflow::lm::best_kernel()));
   std::printf("%-8s %-9s %9s %9s %10s %10s %10s %10s %10s\n", "req/s", "mode", "answered", "rejected", "tokens/s",
               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
   double best = 0;
@@ -182,19 +196,54 @@ int main(int argc, char** argv) {
                 r.rejected, tokens_per_s(r), percentile(r.ttft_ms, 0.5), percentile(r.ttft_ms, 0.99),
                 percentile(r.tpot_ms, 0.5), percentile(r.tpot_ms, 0.99));
   };
-  auto compare = [&](const std::string& mode, const Result& alone, const Result& batched) {
-    const double ratio = tokens_per_s(alone) > 0 ? tokens_per_s(batched) / tokens_per_s(alone) : 0;
-    const double tpot_ratio = percentile(alone.tpot_ms, 0.99) > 0
-                                  ? percentile(batched.tpot_ms, 0.99) / percentile(alone.tpot_ms, 0.99)
-                                  : 0;
-    std::printf("         %s: %.2fx the tokens/s of one at a time, at %.2fx its TPOT p99\n", mode.c_str(), ratio,
-                tpot_ratio);
+  struct Ratio {
+    double tokens = 0;  // batched tokens/s over one at a time's
+    double tpot = 0;    // batched TPOT p99 over one at a time's
   };
+  auto ratio = [&](const Result& alone, const Result& batched) {
+    Ratio r;
+    if (tokens_per_s(alone) > 0) r.tokens = tokens_per_s(batched) / tokens_per_s(alone);
+    if (percentile(alone.tpot_ms, 0.99) > 0) r.tpot = percentile(batched.tpot_ms, 0.99) / percentile(alone.tpot_ms, 0.99);
+    return r;
+  };
+  auto compare = [&](const std::string& mode, const Result& alone, const Result& batched) {
+    const Ratio r = ratio(alone, batched);
+    std::printf("         %s: %.2fx the tokens/s of one at a time, at %.2fx its TPOT p99\n", mode.c_str(), r.tokens,
+                r.tpot);
+  };
+  auto meets_budgets = [](const Result& r) {
+    return r.completed > 0 && r.rejected == 0 && percentile(r.ttft_ms, 0.99) < 800 && percentile(r.tpot_ms, 0.99) < 45;
+  };
+  // Per batching mode (uncapped, then each step factor): the highest rate
+  // that meets the latency budgets, and the ratios to one at a time there.
+  struct Best {
+    std::string mode;
+    double rate = 0;
+    Ratio at;
+    double tokens_per_s = 0;  // batching's, there
+    double tpot_p99 = 0;
+  };
+  // One at a time is saturated at the rates that matter, so its tokens/s
+  // there is its capacity, and a slow run of it (the machine busy) would
+  // flatter batching: batching is also held against its best in the run,
+  // the most tokens/s and the lowest TPOT p99 it reached at any rate.
+  double alone_tokens_best = 0, alone_tpot_best = 0;
   const std::string batch_mode = "batch" + std::to_string(max_size);
+  std::vector<Best> bests(1 + step_factors.size());
+  bests[0].mode = batch_mode;
+  for (std::size_t i = 0; i < step_factors.size(); ++i) {
+    std::ostringstream mode;
+    mode << batch_mode << ", steps capped at x" << step_factors[i];
+    bests[i + 1].mode = mode.str();
+  }
   for (double rate : rates) {
     Result alone = run(rate, seconds, max_tokens, 1, 0, 1);
     Result batched = run(rate, seconds, max_tokens, max_size, 0, 1);
     print(rate, "alone", alone);
+    alone_tokens_best = std::max(alone_tokens_best, tokens_per_s(alone));
+    if (!alone.tpot_ms.empty() && (alone_tpot_best == 0 || percentile(alone.tpot_ms, 0.99) < alone_tpot_best)) {
+      alone_tpot_best = percentile(alone.tpot_ms, 0.99);
+    }
     print(rate, batch_mode, batched);
     std::vector<Result> capped;
     for (double f : step_factors) {
@@ -209,10 +258,36 @@ int main(int argc, char** argv) {
       mode << "batching, steps capped at x" << step_factors[i];
       compare(mode.str(), alone, capped[i]);
     }
-    if (percentile(batched.ttft_ms, 0.99) < 800 && percentile(batched.tpot_ms, 0.99) < 45 && batched.rejected == 0) {
+    if (meets_budgets(batched)) {
       best = std::max(best, rate);
+      if (rate >= bests[0].rate) {
+        bests[0] = Best{bests[0].mode, rate, ratio(alone, batched), tokens_per_s(batched),
+                        percentile(batched.tpot_ms, 0.99)};
+      }
+    }
+    for (std::size_t i = 0; i < capped.size(); ++i) {
+      if (meets_budgets(capped[i]) && rate >= bests[i + 1].rate) {
+        bests[i + 1] = Best{bests[i + 1].mode, rate, ratio(alone, capped[i]), tokens_per_s(capped[i]),
+                            percentile(capped[i].tpot_ms, 0.99)};
+      }
     }
   }
   std::printf("highest rate with TTFT p99 < 800 ms and TPOT p99 < 45 ms (batching, none rejected): %.0f req/s\n", best);
+  for (const Best& b : bests) {
+    if (b.rate <= 0) {
+      std::printf("%s: no rate met TTFT p99 < 800 ms and TPOT p99 < 45 ms\n", b.mode.c_str());
+      continue;
+    }
+    const bool met = b.at.tokens >= 3 && b.at.tpot <= 2;
+    std::printf("%s: highest rate meeting the budgets %.0f req/s; there %.2fx the tokens/s of one at a time at "
+                "%.2fx its TPOT p99: target (>= 3x at <= 2x) %s\n",
+                b.mode.c_str(), b.rate, b.at.tokens, b.at.tpot, met ? "met" : "not met");
+    const double tokens = alone_tokens_best > 0 ? b.tokens_per_s / alone_tokens_best : 0;
+    const double tpot = alone_tpot_best > 0 ? b.tpot_p99 / alone_tpot_best : 0;
+    std::printf("%s: against one at a time at its best in this run (%.0f tokens/s, TPOT p99 %.2f ms): %.2fx at "
+                "%.2fx: target %s\n",
+                b.mode.c_str(), alone_tokens_best, alone_tpot_best, tokens, tpot,
+                tokens >= 3 && tpot <= 2 ? "met" : "not met");
+  }
   return 0;
 }

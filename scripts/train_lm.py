@@ -9,12 +9,14 @@ Nothing is downloaded.
 Model: a llama-style decoder-only transformer (RMSNorm, rotary embeddings on
 interleaved pairs, SwiGLU, tied embeddings) over a byte-level tokenizer
 (ids 0..255 are bytes, 256 is BOS). The file format is described in docs/lm.md
-and read by actors/lm/model_file.cpp.
+and read by actors/lm/model.cpp.
 
 Run with Debian's python3-torch (system /usr/bin/python3):
-    /usr/bin/python3 scripts/train_lm.py --out models/devil-1m.sflm \
-        --reference tests/data/lm_reference.bin
+    /usr/bin/python3 scripts/train_lm.py                 # models/devil-1m.sflm (float32)
+    /usr/bin/python3 scripts/train_lm.py --config 8m     # models/devil-8m.sflm (float16)
 It is seeded; with the same torch version and thread count it writes the same bytes.
+--save-state keeps the trained weights (torch.save) so that --load-state can write
+the files again without training.
 """
 import argparse
 import gzip
@@ -30,9 +32,25 @@ import torch.nn.functional as F
 
 TEXT_FILE = "/usr/share/dictd/devil.dict.dz"  # Debian package dict-devil
 MAGIC = b"SFLM"
-VERSION = 1
+VERSION = 1           # float32 weights
+VERSION_F16 = 2       # the same layout; flags bit 1: weights stored as IEEE float16
+FLAG_TIED = 1
+FLAG_F16 = 2
 BOS = 256
 VOCAB = 257
+
+# Model shapes: the 0.9 M-parameter model whose weights fit in a CPU's cache, and an
+# 8 M-parameter one whose float32 weights (32.3 MB) do not fit in a 32 MB L3, most
+# of them in the feed-forward (see docs/lm.md).
+# conv: run the matrix products as 1x1 convolutions (see dense()).
+CONFIGS = {
+    "1m": dict(dim=128, layers=4, heads=4, hidden=384, max_len=512, theta=10000.0, eps=1e-5,
+               out="models/devil-1m.sflm", reference="tests/data/lm_reference.bin",
+               dtype="float32", steps=400, lr=3e-3, batch=16, context=96, threads=1, conv=False),
+    "8m": dict(dim=384, layers=4, heads=6, hidden=1216, max_len=512, theta=10000.0, eps=1e-5,
+               out="models/devil-8m.sflm", reference="tests/data/lm_reference_8m.bin",
+               dtype="float16", steps=180, lr=3e-3, batch=16, context=96, threads=2, conv=True),
+}
 
 REFERENCE_PROMPTS = [
     "DICTIONARY, n.",
@@ -50,6 +68,31 @@ def read_text():
     # dictfmt keeps each entry as written; normalise line ends and tabs.
     text = text.replace("\r\n", "\n").replace("\t", "    ")
     return text.encode("ascii", "replace")
+
+
+# Debian 12's torch calls the reference (netlib) BLAS for matrix products, about
+# 5 GFLOP/s here; its oneDNN convolution runs the same product as a 1x1
+# convolution at about 250. The larger model trains that way; the small one's
+# products stay as they were, so that its file is reproduced as it was.
+CONV_PRODUCTS = False
+
+
+def dense(x, w):
+    """x @ w.T over the last dimension of x."""
+    if not CONV_PRODUCTS:
+        return F.linear(x, w)
+    lead = x.shape[:-1]
+    y = F.conv1d(x.reshape(1, -1, x.shape[-1]).transpose(1, 2), w.unsqueeze(-1))
+    return y.transpose(1, 2).reshape(*lead, w.shape[0])
+
+
+class Linear(nn.Linear):
+    """nn.Linear without bias whose product is dense()'s."""
+    def __init__(self, n_in, n_out):
+        super().__init__(n_in, n_out, bias=False)
+
+    def forward(self, x):
+        return dense(x, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -84,14 +127,14 @@ class Block(nn.Module):
         d, h = cfg["dim"], cfg["hidden"]
         self.n_heads = cfg["heads"]
         self.attn_norm = RMSNorm(d, cfg["eps"])
-        self.wq = nn.Linear(d, d, bias=False)
-        self.wk = nn.Linear(d, d, bias=False)
-        self.wv = nn.Linear(d, d, bias=False)
-        self.wo = nn.Linear(d, d, bias=False)
+        self.wq = Linear(d, d)
+        self.wk = Linear(d, d)
+        self.wv = Linear(d, d)
+        self.wo = Linear(d, d)
         self.ffn_norm = RMSNorm(d, cfg["eps"])
-        self.w1 = nn.Linear(d, h, bias=False)
-        self.w2 = nn.Linear(h, d, bias=False)
-        self.w3 = nn.Linear(d, h, bias=False)
+        self.w1 = Linear(d, h)
+        self.w2 = Linear(h, d)
+        self.w3 = Linear(d, h)
 
     def forward(self, x, cos, sin):
         b, t, d = x.shape
@@ -126,15 +169,24 @@ class Model(nn.Module):
         x = self.embed(idx)
         for blk in self.blocks:
             x = blk(x, cos, sin)
+        if CONV_PRODUCTS:
+            return dense(self.norm(x), self.embed.weight)
         return self.norm(x) @ self.embed.weight.t()
 
 
-def write_model(path, model):
+def stored(t, dtype):
+    """A tensor as it is stored in the file: float32, or float16 rounded to nearest even."""
+    return t.detach().to(torch.float16 if dtype == "float16" else torch.float32).contiguous()
+
+
+def write_model(path, model, dtype):
     cfg = model.cfg
-    header = struct.pack("<4sI", MAGIC, VERSION)
+    f16 = dtype == "float16"
+    header = struct.pack("<4sI", MAGIC, VERSION_F16 if f16 else VERSION)
     # dim, layers, heads, kv_heads, hidden, vocab, max_seq_len, flags(bit0 tied), bos
     params = struct.pack("<9I2f", cfg["dim"], cfg["layers"], cfg["heads"], cfg["heads"],
-                         cfg["hidden"], VOCAB, cfg["max_len"], 1, BOS, cfg["theta"], cfg["eps"])
+                         cfg["hidden"], VOCAB, cfg["max_len"],
+                         FLAG_TIED | (FLAG_F16 if f16 else 0), BOS, cfg["theta"], cfg["eps"])
     tok = bytearray()
     for i in range(VOCAB):
         piece = bytes([i]) if i < 256 else b""
@@ -144,7 +196,7 @@ def write_model(path, model):
         tensors += [blk.attn_norm.weight, blk.wq.weight, blk.wk.weight, blk.wv.weight, blk.wo.weight,
                     blk.ffn_norm.weight, blk.w1.weight, blk.w2.weight, blk.w3.weight]
     tensors.append(model.norm.weight)
-    data = b"".join(t.detach().to(torch.float32).contiguous().numpy().tobytes() for t in tensors)
+    data = b"".join(stored(t, dtype).numpy().tobytes() for t in tensors)
     body = params + struct.pack("<I", len(tok)) + bytes(tok) + struct.pack("<Q", len(data)) + data
     payload = header + body
     with open(path, "wb") as f:
@@ -152,10 +204,13 @@ def write_model(path, model):
     return len(payload) + 4
 
 
-def write_reference(path, model):
-    """Logits at every position of each fixed prompt, computed in float64."""
+def write_reference(path, model, dtype):
+    """Logits at every position of each fixed prompt, computed in float64 from the
+    weights as the file stores them (float16-rounded for a float16 file)."""
+    global CONV_PRODUCTS
+    CONV_PRODUCTS = False  # the reference is plain float64 products
     ref = Model(model.cfg).double()
-    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    ref.load_state_dict({k: stored(v, dtype).double() for k, v in model.state_dict().items()})
     out = bytearray(struct.pack("<4sII", b"SFLR", len(REFERENCE_PROMPTS), VOCAB))
     with torch.no_grad():
         for p in REFERENCE_PROMPTS:
@@ -171,20 +226,33 @@ def write_reference(path, model):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="models/devil-1m.sflm")
-    ap.add_argument("--reference", default="tests/data/lm_reference.bin")
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--context", type=int, default=96)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="1m")
+    ap.add_argument("--out", help="model file (default: the config's)")
+    ap.add_argument("--reference", help="reference logits file (default: the config's)")
+    ap.add_argument("--dtype", choices=["float32", "float16"], help="weight storage (default: the config's)")
+    ap.add_argument("--steps", type=int, help="training steps (default: the config's)")
+    ap.add_argument("--batch", type=int, help="sequences per step (default: the config's)")
+    ap.add_argument("--context", type=int, help="bytes per sequence (default: the config's)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (default: the config's)")
+    ap.add_argument("--threads", type=int, help="torch threads (default: the config's)")
     ap.add_argument("--seed", type=int, default=1911)
+    ap.add_argument("--save-state", help="also save the trained weights here (torch.save)")
+    ap.add_argument("--load-state", help="write the files from weights saved by --save-state; no training")
     args = ap.parse_args()
+    conf = dict(CONFIGS[args.config])
+    global CONV_PRODUCTS
+    CONV_PRODUCTS = conf.pop("conv")
+    for key in ("out", "reference", "dtype", "steps", "lr", "batch", "context", "threads"):
+        if getattr(args, key) is None:
+            setattr(args, key, conf[key])
+        del conf[key]
+    if args.steps < 1 and not args.load_state:
+        ap.error("--steps must be at least 1")
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
-    cfg = dict(dim=128, layers=4, heads=4, hidden=384, max_len=512, theta=10000.0, eps=1e-5)
+    cfg = conf
 
     text = read_text()
     data = torch.tensor(list(text), dtype=torch.long)
@@ -205,6 +273,9 @@ def main():
         return x, y
 
     t0 = time.time()
+    if args.load_state:
+        model.load_state_dict(torch.load(args.load_state))
+        args.steps = -1
     warm = max(1, min(100, args.steps // 10))
     for step in range(args.steps + 1):
         lr = args.lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
@@ -216,14 +287,18 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0:
+        if step % 100 == 0 or step == args.steps:
             with torch.no_grad():
                 vx, vy = batch(val)
                 vloss = F.cross_entropy(model(vx).view(-1, VOCAB), vy.view(-1)).item()
             print(f"step {step} loss {loss.item():.3f} val {vloss:.3f} ({time.time() - t0:.0f} s)", flush=True)
+        elif step % 10 == 0:
+            print(f"step {step} loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
 
-    size = write_model(args.out, model)
-    write_reference(args.reference, model)
+    if args.save_state:
+        torch.save(model.state_dict(), args.save_state)
+    size = write_model(args.out, model, args.dtype)
+    write_reference(args.reference, model, args.dtype)
     print(f"wrote {args.out} ({size} bytes) and {args.reference} in {time.time() - t0:.0f} s")
 
 

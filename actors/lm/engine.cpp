@@ -229,9 +229,8 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
     if (auto a = seq.agreed.find(seq.generated); a != seq.agreed.end()) {
       // Decided already: the agreed token, at its probability here.
       const float* row = &logits_[i * static_cast<std::size_t>(vocab)];
-      double z = 0;
       const float top = *std::max_element(row, row + vocab);
-      for (int v = 0; v < vocab; ++v) z += std::exp(static_cast<double>(row[v] - top));
+      const double z = sum_exp(row, vocab, top);
       tok.id = a->second;
       tok.logprob = static_cast<double>(row[tok.id] - top) - std::log(z);
       seq.agreed.erase(a);

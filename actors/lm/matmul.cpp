@@ -141,9 +141,18 @@ SWARMFLOW_LM_SSE2 void matmul_sse2(const float* x, int rows, const PackedMatrix&
   }
 }
 
+// How far ahead of its reads the first tile of a batch over a panel asks
+// for the panel's weights (and then the next panel's): a batch's tile has
+// many multiply-adds per weight, too few loads in flight to hide memory on
+// its own, so without this it waits for the weights and then computes
+// instead of doing both at once. One token alone (a load-bound GEMV) does
+// not need it.
+constexpr std::ptrdiff_t kFetchAheadBytes = 16384;
+
 // AVX2 + FMA: a tile of NT tokens by 32 outputs (4 ymm each), NT <= 2
-// (16 ymm registers; 3 tokens would spill).
-template <int NT>
+// (16 ymm registers; 3 tokens would spill). kFetch: ask for the weights
+// kFetchAheadBytes ahead.
+template <int NT, bool kFetch = false>
 SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m256 acc[NT][4];
   #pragma GCC unroll 8
@@ -154,6 +163,11 @@ SWARMFLOW_LM_AVX2 void tile_avx2(const float* x, int ldx, int in, const float* w
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 32;
+    if constexpr (kFetch) {
+      const char* ahead = reinterpret_cast<const char*>(wk) + kFetchAheadBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    }
     const __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8), w2 = _mm256_load_ps(wk + 16),
                  w3 = _mm256_load_ps(wk + 24);
     #pragma GCC unroll 8
@@ -181,7 +195,11 @@ SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix&
     const int n = std::min(P, out - o0);
     int t = 0;
     for (; t + 2 <= rows; t += 2) {
-      tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      if (t == 0) {
+        tile_avx2<2, true>(x, ldx, in, wp, tile);
+      } else {
+        tile_avx2<2>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      }
       put(tile, 2, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
     if (t < rows) {
@@ -192,8 +210,9 @@ SWARMFLOW_LM_AVX2 void matmul_avx2(const float* x, int rows, const PackedMatrix&
 }
 
 // AVX-512: a tile of NT tokens by 64 outputs (4 zmm each), NT <= 6
-// (24 accumulators, 4 weights and a broadcast in 32 registers).
-template <int NT>
+// (24 accumulators, 4 weights and a broadcast in 32 registers). kFetch: ask
+// for the weights kFetchAheadBytes ahead.
+template <int NT, bool kFetch = false>
 SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const float* wp, float* tile) {
   __m512 acc[NT][4];
   #pragma GCC unroll 8
@@ -204,6 +223,13 @@ SWARMFLOW_LM_AVX512 void tile_avx512(const float* x, int ldx, int in, const floa
   }
   for (int k = 1; k < in; ++k) {
     const float* wk = wp + static_cast<std::ptrdiff_t>(k) * 64;
+    if constexpr (kFetch) {
+      const char* ahead = reinterpret_cast<const char*>(wk) + kFetchAheadBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
+    }
     const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16), w2 = _mm512_load_ps(wk + 32),
                  w3 = _mm512_load_ps(wk + 48);
     #pragma GCC unroll 8
@@ -231,15 +257,20 @@ SWARMFLOW_LM_AVX512 void matmul_avx512(const float* x, int rows, const PackedMat
     const int n = std::min(P, out - o0);
     int t = 0;
     for (; t + 6 <= rows; t += 6) {
-      tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      if (t == 0) {
+        tile_avx512<6, true>(x, ldx, in, wp, tile);
+      } else {
+        tile_avx512<6>(x + static_cast<std::ptrdiff_t>(t) * ldx, ldx, in, wp, tile);
+      }
       put(tile, 6, P, n, y + static_cast<std::ptrdiff_t>(t) * out, out, o0);
     }
     const float* xt = x + static_cast<std::ptrdiff_t>(t) * ldx;
+    const bool first = t == 0;  // a batch's first tile (one token alone, case 1, asks for nothing)
     switch (rows - t) {
-      case 5: tile_avx512<5>(xt, ldx, in, wp, tile); break;
-      case 4: tile_avx512<4>(xt, ldx, in, wp, tile); break;
-      case 3: tile_avx512<3>(xt, ldx, in, wp, tile); break;
-      case 2: tile_avx512<2>(xt, ldx, in, wp, tile); break;
+      case 5: first ? tile_avx512<5, true>(xt, ldx, in, wp, tile) : tile_avx512<5>(xt, ldx, in, wp, tile); break;
+      case 4: first ? tile_avx512<4, true>(xt, ldx, in, wp, tile) : tile_avx512<4>(xt, ldx, in, wp, tile); break;
+      case 3: first ? tile_avx512<3, true>(xt, ldx, in, wp, tile) : tile_avx512<3>(xt, ldx, in, wp, tile); break;
+      case 2: first ? tile_avx512<2, true>(xt, ldx, in, wp, tile) : tile_avx512<2>(xt, ldx, in, wp, tile); break;
       case 1: tile_avx512<1>(xt, ldx, in, wp, tile); break;
       default: break;
     }
@@ -315,6 +346,24 @@ SWARMFLOW_LM_AVX2 void swiglu_avx2(float* gate, const float* up, int n) {
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+/// The sum over i < n of e^(x[i] - shift), the exponentials in 8 float
+/// lanes, summed in double.
+SWARMFLOW_LM_AVX2 double sum_exp_avx2(const float* x, int n, float shift) {
+  const __m256 m = _mm256_set1_ps(shift);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
+  return sum;
+}
+
 // Attention with head_dim a multiple of 8 (the AVX-512 kernel uses it too:
 // a head is a few vectors long, and wider ones gain nothing here).
 /// NB blocks of W positions of one head's scores: a multiply-add chain over
@@ -334,35 +383,43 @@ SWARMFLOW_LM_AVX2 void scores_avx2(const float* q, const float* kt, int hd, floa
   for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
 }
 
-/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of 32 from h0.
-template <int NH>
-SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs, int n,
-                                   int h0, int group, float* out) {
-  __m256 acc[NH][4];
+/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of NV vectors
+/// (head_dim = 8 NV) from h0, their sums in registers over the positions.
+template <int NH, int NV>
+SWARMFLOW_LM_AVX2 void values_avx2(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                   std::ptrdiff_t vh_stride, int n, int h0, int group, float* out) {
+  __m256 acc[NH][NV];
 #pragma GCC unroll 8
   for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_setzero_ps();
+  }
+  const float* vh[NH];
+  const float* sh[NH];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    vh[h] = v + ((h0 + h) / group) * vh_stride;
+    sh[h] = scores + static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8;
   }
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + j * vs;
 #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h) {
-      const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8 + j]);
-      const float* vh = vj + ((h0 + h) / group) * 32;
+      const __m256 a = _mm256_set1_ps(sh[h][j]);
+      const float* vj = vh[h] + j * vs;
 #pragma GCC unroll 8
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + 8 * c), acc[h][c]);
+      for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vj + 8 * c), acc[h][c]);
     }
   }
 #pragma GCC unroll 8
   for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + (h0 + h) * 32 + 8 * c, acc[h][c]);
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + (h0 + h) * NV * 8 + 8 * c, acc[h][c]);
   }
 }
 
 SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t vs,
-                                   int n, int heads, int group, int hd, float scale, float* scores, float* out) {
+                                   std::ptrdiff_t vh_stride, int n, int heads, int group, int hd, float scale,
+                                   float* scores, float* out) {
   const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
   const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
   for (int h = 0; h < heads; ++h) {
@@ -383,17 +440,20 @@ SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_block
     // Two heads at a time, their 8 vectors of sums in registers over the
     // positions (the same chain of multiply-adds per value as below).
     int h = 0;
-    for (; h + 2 <= heads; h += 2) values_avx2<2>(scores, kt_blocks, v, vs, n, h, group, out);
-    if (h < heads) values_avx2<1>(scores, kt_blocks, v, vs, n, h, group, out);
+    for (; h + 2 <= heads; h += 2) values_avx2<2, 4>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
+    if (h < heads) values_avx2<1, 4>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
     return;
   }
-  // Position by position, every head: each cached row of values is read once.
+  if (hd == 64) {
+    for (int h = 0; h < heads; ++h) values_avx2<1, 8>(scores, kt_blocks, v, vs, vh_stride, n, h, group, out);
+    return;
+  }
+  // Position by position, every head.
   std::fill(out, out + heads * hd, 0.0f);
   for (int j = 0; j < n; ++j) {
-    const float* vj = v + j * vs;
     for (int h = 0; h < heads; ++h) {
       const __m256 a = _mm256_set1_ps(scores[static_cast<std::ptrdiff_t>(h) * kt_blocks * 8 + j]);
-      const float* vh = vj + (h / group) * hd;
+      const float* vh = v + (h / group) * vh_stride + j * vs;
       float* oh = out + h * hd;
       for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(vh + i), _mm256_loadu_ps(oh + i)));
     }
@@ -475,8 +535,9 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 }
 
 
-void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n,
-            int heads, int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel) {
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride,
+            std::ptrdiff_t v_head_stride, int n, int heads, int kv_heads, int head_dim, float scale, float* scores,
+            float* out, Kernel kernel) {
   const int group = heads / kv_heads;
   if (n <= 0) {
     std::fill(out, out + heads * head_dim, 0.0f);
@@ -484,7 +545,7 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
   }
 #if defined(SWARMFLOW_LM_X86)
   if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
-    return attend_avx2(q, kt, kt_blocks, v, v_stride, n, heads, group, head_dim, scale, scores, out);
+    return attend_avx2(q, kt, kt_blocks, v, v_stride, v_head_stride, n, heads, group, head_dim, scale, scores, out);
   }
 #else
   (void)kernel;
@@ -492,11 +553,21 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
   const std::ptrdiff_t per_head = static_cast<std::ptrdiff_t>(kt_blocks) * head_dim * 8;
   for (int h = 0; h < heads; ++h) {
     const int g = h / group;
-    attend_portable(q + h * head_dim, kt + g * per_head, v + static_cast<std::ptrdiff_t>(g) * head_dim, v_stride, n,
+    attend_portable(q + h * head_dim, kt + g * per_head, v + g * v_head_stride, v_stride, n,
                     head_dim, scale, scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8, out + h * head_dim);
   }
 }
 
+
+double sum_exp(const float* x, int n, float shift) {
+#if defined(SWARMFLOW_LM_X86)
+  static const bool avx2 = kernel_supported(Kernel::avx2);
+  if (avx2) return sum_exp_avx2(x, n, shift);
+#endif
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
+  return sum;
+}
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {
 #if defined(SWARMFLOW_LM_X86)

@@ -69,11 +69,19 @@ void matmul(const float* x, int rows, const PackedMatrix& w, float* y, int x_str
 /// floats. Keys are stored in blocks of 8 positions, so that the scores of
 /// 8 positions are one vector product: dimension i of KV head g at position
 /// j is kt[((g * kt_blocks + j / 8) * head_dim + i) * 8 + j % 8], with
-/// kt_blocks >= (n + 7) / 8 (the lanes past n are computed and not used). Values are stored by position: v[j * v_stride +
-/// g * head_dim + i]. `scores` has room for heads x kt_blocks x 8 floats.
+/// kt_blocks >= (n + 7) / 8 (the lanes past n are computed and not used).
+/// Dimension i of KV head g's value at position j is v[g * v_head_stride + j
+/// * v_stride + i] (the model keeps each head's values together: v_stride =
+/// head_dim). `scores` has room for heads x kt_blocks x 8 floats.
 /// It depends on nothing but its arguments, so not on the batch.
-void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride, int n, int heads,
-            int kv_heads, int head_dim, float scale, float* scores, float* out, Kernel kernel);
+void attend(const float* q, const float* kt, int kt_blocks, const float* v, std::ptrdiff_t v_stride,
+            std::ptrdiff_t v_head_stride, int n, int heads, int kv_heads, int head_dim, float scale, float* scores,
+            float* out, Kernel kernel);
+
+/// The sum over i < n of e^(x[i] - shift): the normaliser of a softmax
+/// over logits (shift = their maximum). With AVX2, the exponentials are
+/// computed in float (within 2 ulp) and summed in double.
+double sum_exp(const float* x, int n, float shift);
 
 /// SwiGLU in place: gate[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(float* gate, const float* up, int n, Kernel kernel);

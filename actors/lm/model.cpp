@@ -14,8 +14,10 @@ namespace swarmflow::lm {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'F', 'L', 'M'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 1;     // float32 weights
+constexpr std::uint32_t kVersionF16 = 2;  // the same layout; flags bit 1 may say float16 weights
 constexpr std::uint32_t kFlagTied = 1;
+constexpr std::uint32_t kFlagF16 = 2;
 // Far above anything this pack is meant for; guards the size arithmetic.
 constexpr std::uint32_t kMaxSize = 1u << 20;
 
@@ -48,6 +50,8 @@ class Reader {
     take(&v, sizeof v);
     return v;
   }
+  /// Moves past `n` bytes the caller has checked are there.
+  void skip(std::size_t n) { pos_ += n; }
   std::size_t pos() const { return pos_; }
   bool short_read() const { return short_; }
 
@@ -59,10 +63,17 @@ class Reader {
 };
 
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
-  double ss = 0;
-  for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+  // Eight independent sums, so that the squares are not one long chain of
+  // additions (the compiler keeps the order of a single one).
+  double part[8] = {};
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
-  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+  for (i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
 std::string fail(const std::string& name, const std::string& what) {
@@ -84,6 +95,32 @@ std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
   std::uint32_t c = 0xFFFFFFFFu;
   for (std::size_t i = 0; i < size; ++i) c = table[(c ^ data[i]) & 0xFFu] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  std::uint32_t mantissa = h & 0x3FFu;
+  std::uint32_t bits = 0;
+  if (exponent == 0x1Fu) {
+    bits = sign | 0x7F800000u | (mantissa << 13);  // infinity, NaN (payload kept)
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;  // signed zero
+  } else {
+    // Subnormal: mantissa × 2^-24, normal in float32. Shift it up until its
+    // leading one is the implicit bit.
+    std::uint32_t e = 127 - 15 + 1;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  float f = 0;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 KvCache::KvCache(const ModelConfig& config, int capacity)
@@ -128,9 +165,9 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
   char magic[4];
   r.take(magic, 4);
   const std::uint32_t version = r.u32();
-  if (version != kVersion) {
-    return Status::error(fail(name, "format version " + std::to_string(version) + ", this build reads version " +
-                                        std::to_string(kVersion)));
+  if (version != kVersion && version != kVersionF16) {
+    return Status::error(fail(name, "format version " + std::to_string(version) + ", this build reads versions " +
+                                        std::to_string(kVersion) + " and " + std::to_string(kVersionF16)));
   }
   std::uint32_t f[9];
   for (auto& v : f) v = r.u32();
@@ -151,6 +188,12 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
   c.vocab = static_cast<int>(f[5]);
   c.max_seq_len = static_cast<int>(f[6]);
   c.tied_embeddings = (f[7] & kFlagTied) != 0;
+  const bool f16 = (f[7] & kFlagF16) != 0;
+  if (f16 && version == kVersion) {
+    return Status::error(fail(name, "a version-1 file with the float16 flag (flags " + std::to_string(f[7]) +
+                                        "): float16 weights are version 2 (corrupt?)"));
+  }
+  c.weight_bytes = f16 ? 2 : 4;
   c.bos = static_cast<int>(f[8]);
   c.rope_theta = theta;
   c.norm_eps = eps;
@@ -178,16 +221,28 @@ Status Model::parse(const std::string& name, std::vector<std::uint8_t> bytes, Mo
   const std::int64_t d = c.dim, h = c.hidden, kv = c.kv_dim();
   const std::int64_t per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * d * h;
   const std::int64_t floats = c.vocab * d + c.layers * per_layer + d + (c.tied_embeddings ? 0 : c.vocab * d);
-  if (data_bytes != static_cast<std::uint64_t>(floats) * 4) {
+  if (data_bytes != static_cast<std::uint64_t>(floats) * static_cast<std::uint64_t>(c.weight_bytes)) {
     return Status::error(fail(name, "the weights are " + std::to_string(data_bytes) + " bytes, the sizes need " +
-                                        std::to_string(floats * 4)));
+                                        std::to_string(floats * c.weight_bytes) +
+                                        (f16 ? " (float16)" : " (float32)")));
   }
   if (data_bytes > size - 4 - r.pos()) {
     return Status::error(fail(name, "truncated: " + std::to_string(size) + " bytes, the header announces " +
                                         std::to_string(r.pos() + data_bytes + 4)));
   }
   std::vector<float> weights(static_cast<std::size_t>(floats));
-  r.take(weights.data(), data_bytes);
+  if (f16) {
+    // Converted once here; the forward pass runs on float32 as for any model.
+    const std::uint8_t* half = bytes.data() + r.pos();
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      std::uint16_t v = 0;
+      std::memcpy(&v, half + 2 * i, 2);
+      weights[i] = half_to_float(v);
+    }
+    r.skip(data_bytes);
+  } else {
+    r.take(weights.data(), data_bytes);
+  }
   if (r.pos() != size - 4) {
     return Status::error(fail(name, std::to_string(size - 4 - r.pos()) + " unexpected bytes after the weights"));
   }
@@ -414,10 +469,14 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       rope(qt, c.heads, pos_of[t]);
       rope(qt + d, c.kv_heads, pos_of[t]);
       KvCache& cache = *items[static_cast<std::size_t>(item_of[t])].cache;
-      const std::size_t at = (static_cast<std::size_t>(l) * cache.capacity_ + pos_of[t]) * kv;
-      std::memcpy(&cache.v_[at], qt + d + kv, sizeof(float) * kv);
-      // Keys in blocks of 8 positions (attend()): KV head g's dimension i.
+      // Values by KV head, then position; keys in blocks of 8 positions
+      // (attend()): KV head g's dimension i.
       const int p = pos_of[t];
+      float* vt = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
+      for (int g = 0; g < c.kv_heads; ++g) {
+        std::memcpy(vt + (static_cast<std::ptrdiff_t>(g) * cache.capacity_ + p) * hd, qt + d + kv + g * hd,
+                    sizeof(float) * hd);
+      }
       float* kt = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       for (int g = 0; g < c.kv_heads; ++g) {
         float* block = kt + ((static_cast<std::ptrdiff_t>(g) * cache.k_blocks_ + p / 8) * hd) * 8 + p % 8;
@@ -430,7 +489,8 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
       const float* kbase = &cache.k_[static_cast<std::size_t>(l) * kv * cache.k_blocks_ * 8];
       const float* vbase = &cache.v_[static_cast<std::size_t>(l) * cache.capacity_ * kv];
       scores.resize(static_cast<std::size_t>(cache.k_blocks_) * 8 * c.heads);
-      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, kv, n, c.heads, c.kv_heads, hd, scale, scores.data(),
+      attend(&qkv[t * qkv_dim], kbase, cache.k_blocks_, vbase, hd, static_cast<std::ptrdiff_t>(cache.capacity_) * hd, n,
+             c.heads, c.kv_heads, hd, scale, scores.data(),
              &att[t * d], kernel_);
     }
     matmul(att.data(), total, L.o, tmp.data());

@@ -29,6 +29,9 @@ struct ModelConfig {
   int eos = -1;  ///< a token that ends generation (llama2.c models: 2), -1 = none
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  /// Bytes a weight takes in the file: 4 (float32) or 2 (float16, version
+  /// 2). In memory the weights are float32 either way.
+  int weight_bytes = 4;
 
   int head_dim() const { return dim / heads; }
   int kv_dim() const { return kv_heads * head_dim(); }
@@ -55,7 +58,7 @@ class KvCache {
   int kv_dim_ = 0;
   int k_blocks_ = 0;      // blocks of 8 positions (attend reads whole blocks)
   std::vector<float> k_;  // [layer][kv_head][block][head_dim][8]: see attend()
-  std::vector<float> v_;  // [layer][position][kv_dim]
+  std::vector<float> v_;  // [layer][kv_head][position][head_dim]
 };
 
 /// One sequence's part of a forward step: `count` new tokens appended to
@@ -135,6 +138,10 @@ class Model {
   std::vector<float> rope_cos_;  // [position][head_dim / 2]
   std::vector<float> rope_sin_;
 };
+
+/// An IEEE 754 binary16 value (as the model file stores float16 weights)
+/// as float32, exactly: normals, subnormals, signed zeros, infinities, NaN.
+float half_to_float(std::uint16_t h);
 
 /// CRC-32 (IEEE, as zlib's crc32) of `size` bytes.
 std::uint32_t crc32(const std::uint8_t* data, std::size_t size);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "lm/matmul.hpp"
+
 namespace swarmflow::lm {
 
 std::string Sampler::state() const {
@@ -26,9 +28,7 @@ SampledToken Sampler::sample(const float* logits, int vocab) {
   for (int i = 1; i < vocab; ++i) {
     if (logits[i] > logits[best]) best = i;
   }
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - logits[best]);
-  const double log_z = logits[best] + std::log(sum);
+  const double log_z = logits[best] + std::log(sum_exp(logits, vocab, logits[best]));
   auto logprob = [&](int id) { return static_cast<double>(logits[id]) - log_z; };
   if (params_.temperature <= 0.0) return {best, logprob(best)};
 

@@ -1,5 +1,6 @@
 // The lm pack's matrix product: every kernel this CPU runs gives each row
 // the same bits whatever batch it is computed in, and the right values.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -110,7 +111,7 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
         const float scale = 0.5f;
         std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
         std::vector<float> out(static_cast<std::size_t>(heads) * hd);
-        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, n, heads, kv_heads, hd, scale, scores.data(),
+        attend(q.data(), kt.data(), kt_blocks, v.data(), stride, hd, n, heads, kv_heads, hd, scale, scores.data(),
                out.data(), kernel);
         for (int h = 0; h < heads; ++h) {
           const int at = h / (heads / kv_heads) * hd;
@@ -134,6 +135,23 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
         }
       }
     }
+  }
+}
+
+TEST(LmMatmul, SumExpIsTheSoftmaxNormaliserWithinFloatPrecision) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(-30.0f, 12.0f);
+  // The vocabulary sizes of the shipped models and of llama2.c's, and sizes
+  // that leave a tail past the last 8 lanes.
+  for (int n : {1, 7, 8, 257, 32000}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& v : x) v = logit(rng);
+    float top = x[0];
+    for (float v : x) top = std::max(top, v);
+    double want = 0;
+    for (float v : x) want += std::exp(static_cast<double>(v) - top);
+    EXPECT_NEAR(sum_exp(x.data(), n, top), want, want * 1e-6) << n;
+    EXPECT_GE(sum_exp(x.data(), n, top), 1.0 - 1e-6) << n;  // the top logit's own term is 1
   }
 }
 

@@ -18,6 +18,9 @@ namespace {
 
 const std::string kModel = std::string(SWARMFLOW_SOURCE_DIR) + "/models/devil-1m.sflm";
 const std::string kReference = std::string(SWARMFLOW_SOURCE_DIR) + "/tests/data/lm_reference.bin";
+// The 8 M-parameter model, stored as float16 (format version 2).
+const std::string kModel8m = std::string(SWARMFLOW_SOURCE_DIR) + "/models/devil-8m.sflm";
+const std::string kReference8m = std::string(SWARMFLOW_SOURCE_DIR) + "/tests/data/lm_reference_8m.bin";
 
 struct ReferencePrompt {
   std::string text;
@@ -30,8 +33,8 @@ std::vector<std::uint8_t> read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<ReferencePrompt> read_reference(int& vocab) {
-  const std::vector<std::uint8_t> b = read_bytes(kReference);
+std::vector<ReferencePrompt> read_reference(int& vocab, const std::string& path = kReference) {
+  const std::vector<std::uint8_t> b = read_bytes(path);
   std::size_t at = 0;
   auto u32 = [&] {
     std::uint32_t v = 0;
@@ -327,6 +330,122 @@ TEST(LmModelFile, ALlama2cCheckpointGivesTheLogitsOfTheSameWeightsInOurFormat) {
   Status alone = Model::load(dir + "/model.bin", theirs);
   ASSERT_TRUE(alone.is_error());
   EXPECT_NE(alone.message().find("tokenizer"), std::string::npos) << alone.message();
+}
+
+// -- float16 weights (format version 2) --------------------------------------
+
+TEST(LmModelFile, HalfToFloatIsExactForEveryFloat16) {
+  // Against the definition: (-1)^s × 2^(e-15) × 1.m, or 2^-14 × 0.m when e = 0.
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float got = half_to_float(static_cast<std::uint16_t>(h));
+    const bool negative = (h & 0x8000u) != 0;
+    const int e = static_cast<int>((h >> 10) & 0x1Fu);
+    const int m = static_cast<int>(h & 0x3FFu);
+    if (e == 31) {
+      if (m == 0) {
+        EXPECT_TRUE(std::isinf(got)) << h;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << h;
+      }
+      EXPECT_EQ(std::signbit(got), negative) << h;
+      continue;
+    }
+    const double magnitude = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+    ASSERT_EQ(static_cast<double>(got), negative ? -magnitude : magnitude) << h;
+    EXPECT_EQ(std::signbit(got), negative) << h;
+  }
+  EXPECT_EQ(half_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(half_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));
+}
+
+class LmModel8m : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    bytes_ = new std::vector<std::uint8_t>(read_bytes(kModel8m));
+    model_ = new Model;
+    const Status s = Model::parse(kModel8m, *bytes_, *model_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete bytes_;
+  }
+  static Status parse_changed(const std::vector<std::uint8_t>& bytes) {
+    Model m;
+    return Model::parse("bad8m.sflm", bytes, m);
+  }
+  static std::vector<std::uint8_t>* bytes_;
+  static Model* model_;
+};
+std::vector<std::uint8_t>* LmModel8m::bytes_ = nullptr;
+Model* LmModel8m::model_ = nullptr;
+
+TEST_F(LmModel8m, IsStoredAsFloat16AndItsFloat32WeightsFillA32MBCache) {
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(c.weight_bytes, 2);
+  EXPECT_EQ(c.vocab, 257);
+  EXPECT_EQ(c.bos, 256);
+  EXPECT_EQ(bytes_->at(4), 2);  // version 2
+  // Both shipped models, weights and tokenizers, in at most 20 MB.
+  EXPECT_LE(bytes_->size() + read_bytes(kModel).size(), 20'000'000u);
+  EXPECT_GT(model_->parameter_count() * 4, 30LL << 20);
+  EXPECT_LT(model_->parameter_count(), 15'000'000);
+}
+
+TEST_F(LmModel8m, LogitsMatchThePyTorchReferenceOfTheFloat16Weights) {
+  int vocab = 0;
+  const std::vector<ReferencePrompt> ref = read_reference(vocab, kReference8m);
+  ASSERT_EQ(vocab, model_->config().vocab);
+  ASSERT_GE(ref.size(), 3u);
+  const Tokenizer tok(model_->pieces(), model_->config().bos);
+  for (const ReferencePrompt& p : ref) {
+    EXPECT_EQ(tok.encode(p.text, true), p.ids) << p.text;
+    KvCache cache(model_->config(), static_cast<int>(p.ids.size()));
+    std::vector<float> logits;
+    model_->forward({ForwardItem{&cache, p.ids.data(), static_cast<int>(p.ids.size()), true}}, logits);
+    ASSERT_EQ(logits.size(), p.logits.size());
+    EXPECT_LT(max_diff(logits.data(), p.logits.data(), logits.size()), 1e-4f)
+        << p.text << " " << kernel_name(model_->kernel());
+  }
+}
+
+TEST_F(LmModel8m, ATruncatedOrCorruptFloat16FileIsRefused) {
+  const std::vector<std::uint8_t>& bytes = *bytes_;
+  // Cut in the header, the tokenizer, the weights (half-way through one
+  // float16 too) and the checksum.
+  for (std::size_t keep : {std::size_t{40}, std::size_t{300}, bytes.size() / 2, bytes.size() / 2 + 1,
+                           bytes.size() - 5, bytes.size() - 1}) {
+    const Status s = parse_changed(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(keep)));
+    ASSERT_TRUE(s.is_error()) << keep;
+    EXPECT_NE(s.message().find("bad8m.sflm"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("truncated"), std::string::npos) << keep << ": " << s.message();
+  }
+  // One bit of one weight flipped: the checksum catches it.
+  std::vector<std::uint8_t> corrupt = bytes;
+  corrupt[corrupt.size() * 3 / 4] ^= 0x01;
+  Status s = parse_changed(corrupt);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+  // The float16 flag in a version-1 file.
+  std::vector<std::uint8_t> v1 = bytes;
+  v1[4] = 1;
+  s = parse_changed(v1);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("version-1 file with the float16 flag"), std::string::npos) << s.message();
+  // The flag cleared: read as float32, the weights are half the size needed.
+  std::vector<std::uint8_t> f32 = bytes;
+  f32[8 + 7 * 4] &= static_cast<std::uint8_t>(~2u);
+  s = parse_changed(f32);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("the sizes need"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(float32)"), std::string::npos) << s.message();
+  // A version this build does not know.
+  std::vector<std::uint8_t> v3 = bytes;
+  v3[4] = 3;
+  s = parse_changed(v3);
+  ASSERT_TRUE(s.is_error());
+  EXPECT_NE(s.message().find("version 3"), std::string::npos) << s.message();
 }
 
 }  // namespace
