@@ -240,20 +240,26 @@ TEST_P(Moves, KeysOfAStageWithStatePerKeyGoToTheirNewReplicaWithTheirState) {
   }
 }
 
-TEST_P(Moves, KeysOfAStageWhoseStateIsNotPerKeyStay) {
+TEST_P(Moves, KeysAndReplicasOfAStageWhoseStateIsNotPerKeyStay) {
   // sim.sink keeps its state per stream; keyed by part_id, a key is not a
   // stream, so its keys cannot take their state along: reassigning them is
-  // refused.
+  // refused, and so is removing a replica (its state has no other home),
+  // while adding one is not.
   Runtime rt;
   ASSERT_NO_FATAL_FAILURE(start(rt,
                                 "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
                                 " placement: {units: [u0]}}\n"
-                                "  - {id: sink, type: sim.sink, replicas: 2, key: part_id, inputs: {in: src/out},"
-                                " placement: {units: [u1, u2], spread: true}}\n"));
+                                "  - {id: sink, type: sim.sink, replicas: {min: 2, max: 3}, key: part_id,"
+                                " inputs: {in: src/out}, placement: {units: [u1, u2], spread: true}}\n"));
   await_received(rt, 100);
-  const Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
+  Status s = rt.reassign_keys("sink", {{0, 1}, {1, 0}});
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not per key"), std::string::npos) << s.message();
+  ASSERT_TRUE(rt.add_replica("sink").ok());
+  ASSERT_TRUE(await_moves(rt, 1));
+  s = rt.remove_replica("sink");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("per replica"), std::string::npos) << s.message();
   rt.request_stop();
   ASSERT_TRUE(rt.wait().ok());
 }
@@ -324,25 +330,6 @@ TEST_P(Moves, ReplicasAddedAndRemovedMidStreamLoseNothingAndKeysKeepTheirOrderAn
   }
   ASSERT_EQ(by_replica.size(), 3U);
   for (const auto& [replica, n] : by_replica) EXPECT_GT(n, 0U) << replica;
-}
-
-TEST_P(Moves, AStageWithoutStateListingItsKeysKeepsItsReplicas) {
-  // sim.sink keyed by part_id keeps its state per stream, not per key: a
-  // replica of it cannot hand its state over, so it is not removed.
-  Runtime rt;
-  ASSERT_NO_FATAL_FAILURE(start(rt,
-                                "  - {id: src, type: sim.source, params: {count: 0, streams: 2},"
-                                " placement: {units: [u0]}}\n"
-                                "  - {id: sink, type: sim.sink, replicas: {min: 1, max: 2}, key: part_id,"
-                                " inputs: {in: src/out}, placement: {units: [u1, u2]}}\n"));
-  await_received(rt, 100);
-  ASSERT_TRUE(rt.add_replica("sink").ok());
-  ASSERT_TRUE(await_moves(rt, 1));
-  const Status s = rt.remove_replica("sink");
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("per replica"), std::string::npos) << s.message();
-  rt.request_stop();
-  ASSERT_TRUE(rt.wait().ok());
 }
 
 TEST_P(Moves, MovesQueuedBackToBackAreMadeFromThePlacementInForceWhenEachBegins) {
