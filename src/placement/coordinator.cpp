@@ -242,10 +242,11 @@ struct State {
         break;
       }
       case schema::ControlBody::LoadReport:
-        effects().record_load(u, std::clamp(static_cast<double>(c.body_as_LoadReport()->utilisation()), 0.0, 1.0));
+        effects().record_load_report(u, *c.body_as_LoadReport());
         break;
       case schema::ControlBody::Ready:
         if (c.body_as_Ready()->epoch() == effects().table()->epoch) ready[i] = true;
+        effects().unit_ready(u, c.body_as_Ready()->epoch());
         break;
       case schema::ControlBody::Snapshot: {
         // Kept only from the unit that hosts the replica by the placement
@@ -255,8 +256,24 @@ struct State {
         const int node = static_cast<int>(m->node());
         const int replica = static_cast<int>(m->replica());
         auto snapshot = std::make_shared<runtime::ReplicaSnapshot>();
-        if (table->unit(node, replica) != u || !runtime::decode_snapshot(*m, snapshot.get())) {
+        if (node < 0 || static_cast<std::size_t>(node) >= table->unit_of.size() || replica < 0 ||
+            static_cast<std::size_t>(replica) >= table->unit_of[static_cast<std::size_t>(node)].size() ||
+            table->unit(node, replica) != u || !runtime::decode_snapshot(*m, snapshot.get()) ||
+            (snapshot->handover && !table->is_draining(node, replica))) {
           setup.figures->stale_messages.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        if (snapshot->handover) {
+          // A drained replica's hand-over: a failover of its successor
+          // before its own first snapshot starts from this state (nothing
+          // before it is retained upstream any more).
+          if (!snapshot->finished) {
+            auto kept = std::make_shared<runtime::ReplicaSnapshot>(*snapshot);
+            kept->handover = false;
+            kept->keys.clear();
+            snapshots[{node, replica}] = std::move(kept);
+          }
+          effects().drained(node, replica, std::move(snapshot));
           break;
         }
         const std::uint64_t id = snapshot->id;
@@ -308,6 +325,7 @@ struct State {
     std::string who;
     for (const auto& d : dead_units) {
       dead[d.unit] = true;
+      effects().unit_lost(static_cast<int>(d.unit));
       char phi[64];
       std::snprintf(phi, sizeof phi, "%.1f", d.phi);
       who += (who.empty() ? "" : "; ") + ("unit '" + spec().units[d.unit].id + "' is dead: nothing heard from it for " +
@@ -318,6 +336,7 @@ struct State {
       // It hands its replicas over now; its detector stops watching it.
       left[u] = true;
       detectors->retire(u);
+      effects().unit_lost(static_cast<int>(u));
       who += (who.empty() ? "" : "; ") + ("unit '" + spec().units[u].id + "' is leaving (it was asked to stop)");
     }
     std::vector<bool> usable(setup.remote.size());
@@ -423,8 +442,9 @@ struct State {
       } else if (ready[u]) {
         rejoining[u] = false;
         const std::uint32_t epoch = effects().table()->epoch;
-        swarmflow::log::info("unit '%s' runs again: failover may place replicas on it", id.c_str());
+        swarmflow::log::info("unit '%s' runs again: failover and moves may place replicas on it", id.c_str());
         send(u, runtime::simple_message(schema::ControlBody::Go, epoch));
+        effects().unit_back(static_cast<int>(u));
       }
     }
   }

@@ -58,6 +58,22 @@ struct CoordinatorEffects {
   /// running pipeline over).
   virtual void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) = 0;
   virtual void record_load(int unit, double utilisation) = 0;
+  /// A unit process's load report (every placement interval): its
+  /// utilisation, and its replicas' figures for the placement policy.
+  virtual void record_load_report(int unit, const schema::LoadReport& report) {
+    record_load(unit, static_cast<double>(report.utilisation()) < 0 ? 0.0
+                      : static_cast<double>(report.utilisation()) > 1 ? 1.0
+                                                                       : static_cast<double>(report.utilisation()));
+  }
+  /// Unit process `unit` has taken up placement `epoch` (Ready).
+  virtual void unit_ready(int /*unit*/, std::uint32_t /*epoch*/) {}
+  /// Unit process `unit` was declared dead, or left: nothing moves to it.
+  virtual void unit_lost(int /*unit*/) {}
+  /// Unit process `unit`, declared dead before, runs again (without replicas).
+  virtual void unit_back(int /*unit*/) {}
+  /// Replica (node, replica) on a unit process drained for a move and
+  /// handed `handover` over (its state, counters and keys given away).
+  virtual void drained(int /*node*/, int /*replica*/, std::shared_ptr<const runtime::ReplicaSnapshot> /*handover*/) {}
   /// Adds a unit's final figures to the run's.
   virtual void merge_unit_done(int unit, const schema::UnitDone& done) = 0;
   /// Takes a unit's figures so far (they replace what it said before).

@@ -70,7 +70,12 @@ EdgeSideFigures difference(const EdgeSideFigures& total, const EdgeSideFigures& 
 }  // namespace
 
 void LiveFigures::take(const UnitFigures& f, const std::vector<std::vector<int>>& unit_of,
-                       const std::vector<std::pair<int, int>>& edge_ends) {
+                       const std::vector<std::pair<int, int>>& edge_ends,
+                       const std::vector<std::tuple<int, int, int>>& drained_on) {
+  const auto hosted = [&](int node, int replica) {
+    return hosts(unit_of, node, replica, f.unit) ||
+           std::find(drained_on.begin(), drained_on.end(), std::make_tuple(node, replica, f.unit)) != drained_on.end();
+  };
   std::uint64_t incarnation = f.incarnation;
   if (incarnation == 0) {
     auto it = incarnation_.find(f.unit);
@@ -92,7 +97,7 @@ void LiveFigures::take(const UnitFigures& f, const std::vector<std::vector<int>>
     hosted.latest = hosted.hosts.size() - 1;
   };
   for (const auto& r : f.replicas) {
-    if (!hosts(unit_of, r.node, r.replica, f.unit)) continue;
+    if (!hosted(r.node, r.replica)) continue;
     const ReplicaKey key{r.node, r.replica};
     place(replicas_[key], r, r.node, r.replica);
     dirty_replicas_[key] = true;
@@ -100,7 +105,7 @@ void LiveFigures::take(const UnitFigures& f, const std::vector<std::vector<int>>
   for (const auto& e : f.edges) {
     if (e.edge < 0 || static_cast<std::size_t>(e.edge) >= edge_ends.size()) continue;
     const auto& ends = edge_ends[static_cast<std::size_t>(e.edge)];
-    if (!hosts(unit_of, e.producer ? ends.first : ends.second, e.replica, f.unit)) continue;
+    if (!hosted(e.producer ? ends.first : ends.second, e.replica)) continue;
     const EdgeKey key{e.edge, e.replica, e.producer};
     // Edge sides are never carried over: the node key only marks carried replicas.
     place(edges_[key], e, -1, -1);

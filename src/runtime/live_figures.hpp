@@ -82,8 +82,11 @@ class LiveFigures {
   /// `f.unit` hosts by the placement in force (`unit_of[node][replica]`)
   /// are taken: a unit fenced after a failover speaks of work that is no
   /// longer its own. `edge_ends[edge]` = (producer node, consumer node).
+  /// `drained_on`: (node, replica, unit) of replicas that drained on a unit
+  /// for a move and went on elsewhere: what that unit says of them counts.
   void take(const UnitFigures& f, const std::vector<std::vector<int>>& unit_of,
-            const std::vector<std::pair<int, int>>& edge_ends);
+            const std::vector<std::pair<int, int>>& edge_ends,
+            const std::vector<std::tuple<int, int, int>>& drained_on = {});
   /// Replica (node, replica) placed on `unit` starts from a snapshot: its
   /// `processed` and named counters include those of its earlier hosts.
   void carried_over(int node, int replica, int unit);

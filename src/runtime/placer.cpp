@@ -188,7 +188,10 @@ std::string Placer::refusal(const placement::Move& move) const {
         return "replica " + std::to_string(move.replica) + " of stage '" + decl.id + "' has finished";
       }
       if (move.to_unit < 0 || static_cast<std::size_t>(move.to_unit) >= run_->spec.units.size()) return "no such unit";
-      if (!table->actor(move.stage, move.replica)) return "the replica does not run in this process";
+      if (!runs(*table, move.stage, move.replica)) return "the replica's unit is gone or has finished";
+      if (!usable(move.to_unit)) {
+        return "unit '" + run_->spec.units[static_cast<std::size_t>(move.to_unit)].id + "' is gone or has finished";
+      }
       if (table->unit(move.stage, move.replica) == move.to_unit) return "the replica is on that unit already";
       const std::string& unit = run_->spec.units[static_cast<std::size_t>(move.to_unit)].id;
       if (!decl.pin_units.empty() && std::find(decl.pin_units.begin(), decl.pin_units.end(), unit) == decl.pin_units.end()) {
@@ -224,10 +227,11 @@ std::string Placer::refusal(const placement::Move& move) const {
       if (run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(active)]->finished.load()) {
         return "stage '" + decl.id + "' has finished";
       }
-      if (!table->actor(move.stage, active)) return "the replica does not run in this process";
+      if (!runs(*table, move.stage, active)) return "the replica's unit is gone or has finished";
       const int standing = table->unit(move.stage, active);
       const int to = move.to_unit < 0 ? standing : move.to_unit;
       if (static_cast<std::size_t>(to) >= run_->spec.units.size()) return "no such unit";
+      if (!usable(to)) return "unit '" + run_->spec.units[static_cast<std::size_t>(to)].id + "' is gone or has finished";
       const std::string& unit = run_->spec.units[static_cast<std::size_t>(to)].id;
       if (!decl.pin_units.empty() && std::find(decl.pin_units.begin(), decl.pin_units.end(), unit) == decl.pin_units.end()) {
         return "stage '" + decl.id + "' may not run on unit '" + unit + "' (its placement.units)";
@@ -248,7 +252,7 @@ std::string Placer::refusal(const placement::Move& move) const {
       // Its last replica that takes work goes.
       const ReplicaStats& stats = *run_->replica_stats[static_cast<std::size_t>(move.stage)][static_cast<std::size_t>(active - 1)];
       if (stats.finished.load()) return "stage '" + decl.id + "' has finished";
-      if (!table->actor(move.stage, active - 1)) return "the replica does not run in this process";
+      if (!runs(*table, move.stage, active - 1)) return "the replica's unit is gone or has finished";
       if (stats.stateful.load() && !stats.state_per_key.load()) {
         return "stage '" + decl.id + "' keeps state per replica, not per key: its replicas stay";
       }
@@ -315,8 +319,12 @@ std::vector<std::vector<ReplicaSample>> Placer::sample(std::int64_t now) const {
       const ReplicaStats& s = *run_->replica_stats[n][static_cast<std::size_t>(r)];
       ReplicaSample x;
       x.busy_ns = s.busy_until(now);
-      for (int e : node.in_edges) {
-        x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
+      if (s.remote.load(std::memory_order_acquire)) {
+        x.arrivals = s.remote_arrivals.load(std::memory_order_relaxed);  // its unit process's last report
+      } else {
+        for (int e : node.in_edges) {
+          x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
+        }
       }
       if (node.decl->keyed) {
         auto keys = s.keys();
@@ -330,6 +338,19 @@ std::vector<std::vector<ReplicaSample>> Placer::sample(std::int64_t now) const {
   return out;
 }
 
+bool Placer::usable(int unit) const {
+  if (unit < 0 || static_cast<std::size_t>(unit) >= run_->spec.units.size()) return false;
+  if (!remote(unit)) return true;
+  const RunState::RemoteUnit& u = *run_->remote_units[static_cast<std::size_t>(unit)];
+  return !u.gone.load() && !u.done.load();
+}
+
+bool Placer::runs(const RoutingTable& table, int node, int replica) const {
+  const int unit = table.unit(node, replica);
+  if (unit == kLostUnit) return false;
+  return remote(unit) ? usable(unit) : static_cast<bool>(table.actor(node, replica));
+}
+
 bool Placer::hosts_caught_up() const {
   const auto table = run_->table();
   for (std::size_t n = 0; n < table->actors.size(); ++n) {
@@ -338,6 +359,13 @@ bool Placer::hosts_caught_up() const {
         return false;
       }
     }
+  }
+  // Unit processes say so (Ready); one gone has no replicas left after its
+  // failover.
+  for (std::size_t u = 0; u < run_->spec.units.size(); ++u) {
+    if (!remote(static_cast<int>(u)) || run_->remote_units[u]->gone.load()) continue;
+    if (table->replicas_on(static_cast<int>(u)) == 0) continue;
+    if (run_->remote_units[u]->epoch.load() < table->epoch) return false;
   }
   return true;
 }
@@ -351,9 +379,15 @@ std::uint64_t Placer::in_flight_to(int node) const {
       const std::uint64_t offered = p->sent.load(std::memory_order_relaxed);
       sent += offered - std::min(offered, p->dropped.load(std::memory_order_relaxed));
     }
-    for (const auto& c : run_->edge_in[static_cast<std::size_t>(e)]) {
-      taken += c->delivered.load(std::memory_order_relaxed) + c->refused.load(std::memory_order_relaxed);
+    const auto& consumers = run_->edge_in[static_cast<std::size_t>(e)];
+    for (std::size_t r = 0; r < consumers.size(); ++r) {
+      const ReplicaStats& s = *run_->replica_stats[static_cast<std::size_t>(node)][r];
+      if (s.remote.load(std::memory_order_acquire)) continue;  // counted once below, from its load reports
+      taken += consumers[r]->delivered.load(std::memory_order_relaxed) + consumers[r]->refused.load(std::memory_order_relaxed);
     }
+  }
+  for (const auto& s : run_->replica_stats[static_cast<std::size_t>(node)]) {
+    if (s->remote.load(std::memory_order_acquire)) taken += s->remote_arrivals.load(std::memory_order_relaxed);
   }
   return sent > taken ? sent - taken : 0;
 }
@@ -378,6 +412,7 @@ void Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf:
   }
   run_->publish(published);
   if (hooks_.set_epoch) hooks_.set_epoch(published->epoch);
+  if (hooks_.send_plan) hooks_.send_plan(*published);
   for (const auto& a : fresh) caf::anon_send(a, start_atom::value);
 }
 
@@ -408,7 +443,7 @@ void Placer::begin(placement::Move move, std::int64_t now) {
   }
   Step step = std::move(steps.front());
   const auto current = run_->table();
-  if (!current->actor(step.node, step.replica)) {  // not here (any more)
+  if (!runs(*current, step.node, step.replica)) {  // gone (a failover)
     std::lock_guard<std::mutex> lock(mutex_);
     ++completed_;
     return;
@@ -512,6 +547,9 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     return;
   }
   change_serving(step, *table);
+  // What it did where it drained still counts there (that unit's figures,
+  // from another process, keep it).
+  if (to != from) run_->record_drained_on(step.node, step.replica, from);
   if (handover && !handover->keys.empty()) {
     // Keys with their state go to the replicas that take them before the
     // placement that routes their envelopes there is published: each one's
@@ -536,6 +574,10 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
     for (auto& [replica, keys] : by_replica) {
       if (const caf::actor to_actor = current->actor(step.node, replica)) {
         caf::anon_send(to_actor, keys_atom::value, std::make_shared<const KeyStates>(std::move(keys)));
+      } else if (const int unit = current->unit(step.node, replica); remote(unit) && hooks_.send_keys) {
+        // Ahead of the plan, on the same socket: its unit hands them to the
+        // replica before it takes that plan up.
+        hooks_.send_keys(unit, table->epoch, step.node, replica, keys);
       }
     }
   }
@@ -543,10 +585,20 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   // The successor starts from the drained replica's state; a stage that
   // keeps none starts afresh (its counters are this process's already).
   std::shared_ptr<const ReplicaSnapshot> restore = handover && !handover->state.empty() ? handover : nullptr;
-  const caf::actor successor = hooks_.spawn(to, table, step.node, step.replica, std::move(restore));
-  table->actors[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = successor;
+  caf::actor successor;
+  if (remote(to)) {
+    // Its unit process spawns it when it takes this plan up, from the state
+    // sent ahead of the plan.
+    if (restore && hooks_.send_restore) hooks_.send_restore(to, table->epoch, step.node, step.replica, *restore);
+  } else {
+    successor = hooks_.spawn(to, table, step.node, step.replica, std::move(restore));
+  }
+  table->actors.resize(run_->graph.nodes.size());
+  auto& slot = table->actors[static_cast<std::size_t>(step.node)];
+  slot.resize(run_->graph.nodes[static_cast<std::size_t>(step.node)].decl->replicas);
+  slot[static_cast<std::size_t>(step.replica)] = successor;
   const std::uint32_t epoch = table->epoch;
-  publish(std::move(table), {successor});
+  publish(std::move(table), successor ? std::vector<caf::actor>{successor} : std::vector<caf::actor>{});
   if (old) caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
   record(step, from, to, epoch, pending_->started_ns, now, pending_->sink_buckets_before);
   pending_.reset();
@@ -596,6 +648,15 @@ void Placer::loop() {
       if (pending_ && pending_->step.node == d.node && pending_->step.replica == d.replica) {
         complete(std::move(d.handover), now);
       }
+    }
+    if (pending_ && !run_->table()->is_draining(pending_->step.node, pending_->step.replica)) {
+      // A failover's placement took the place of the move's.
+      swarmflow::log::warn("placement: %s/%d: move given up (placement epoch %u took its place)",
+                           run_->graph.nodes[static_cast<std::size_t>(pending_->step.node)].decl->id.c_str(),
+                           pending_->step.replica, run_->table()->epoch);
+      pending_.reset();
+      std::lock_guard<std::mutex> guard(mutex_);
+      ++completed_;
     }
     if (run_->finished() || run_->stop_requested.load()) {
       lock.lock();

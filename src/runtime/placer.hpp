@@ -42,6 +42,17 @@ struct PlacerHooks {
   std::function<void(std::uint32_t epoch)> set_epoch;
   /// Worker threads of a unit.
   std::function<int(int unit)> threads;
+  // A run with unit processes (null: every unit is in this process):
+  /// Whether `unit` is in another process.
+  std::function<bool(int unit)> remote;
+  /// Sends a placement to every unit process (after it is published here).
+  std::function<void(const RoutingTable& table)> send_plan;
+  /// Sends the state a replica placed on unit process `unit` starts from,
+  /// ahead of the plan of `epoch` that places it there.
+  std::function<void(int unit, std::uint32_t epoch, int node, int replica, const ReplicaSnapshot& state)> send_restore;
+  /// Sends keys with their state to replica (node, replica) on unit process
+  /// `unit`, ahead of the plan of `epoch` that routes them there.
+  std::function<void(int unit, std::uint32_t epoch, int node, int replica, const KeyStates& keys)> send_keys;
 };
 
 /// One sample of a replica's cumulative figures.
@@ -125,8 +136,16 @@ class Placer {
   void record(const Step& step, int from, int to, std::uint32_t epoch, std::int64_t started_ns, std::int64_t now,
               const std::vector<std::uint64_t>& sink_buckets_before);
   void publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh);
-  /// Every host here has taken up the placement in force.
+  /// Every host here, and every unit process with replicas, has taken up
+  /// the placement in force.
   bool hosts_caught_up() const;
+  /// Whether `unit` is in another process.
+  bool remote(int unit) const { return hooks_.remote && unit >= 0 && hooks_.remote(unit); }
+  /// Whether a move may go to or come from `unit`: in this process, or a
+  /// unit process neither gone nor done.
+  bool usable(int unit) const;
+  /// Whether replica (node, replica) runs (here, or on a usable unit process).
+  bool runs(const RoutingTable& table, int node, int replica) const;
   /// Envelopes sent to `node` that none of its replicas has taken yet.
   std::uint64_t in_flight_to(int node) const;
   /// The sinks' latency histogram, merged.

@@ -1370,9 +1370,12 @@ bool ReplicaCore::restore_state() {
   }
   // Work in hand it took over goes on (a call it asked for in restore).
   if (!source_) take_wake_request();
+  // A move's successor counts on in its own process's figures (in the
+  // drained replica's process they are the same ones; the coordinator adds
+  // up each process's); one placed after a failover takes over the counts.
+  if (snapshot.handover) return true;  // nothing lost: nothing comes again
   setup_.stats->processed.store(snapshot.processed, std::memory_order_relaxed);
   for (const auto& [name, value] : snapshot.counters) setup_.stats->counter(name).store(value, std::memory_order_relaxed);
-  if (snapshot.handover) return true;  // nothing lost: nothing comes again
   for (const auto& seen : snapshot.seen) {
     if (seen.edge < 0 || static_cast<std::size_t>(seen.edge) >= in_index_.size()) continue;
     const int index = in_index_[static_cast<std::size_t>(seen.edge)];

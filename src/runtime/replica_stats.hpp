@@ -80,6 +80,11 @@ struct ReplicaStats {
   /// The placement epoch its host has taken up (a move begins only once
   /// every host has taken up the one before).
   std::atomic<std::uint32_t> epoch{0};
+  /// In the coordinator's process, for a replica on a unit process: its
+  /// figures above (busy time, queue, service time, flags, keys) are those
+  /// its unit's last load report gave, and these its inputs taken so far.
+  std::atomic<bool> remote{false};
+  std::atomic<std::uint64_t> remote_arrivals{0};
   void took_up(std::uint32_t e) {
     std::uint32_t was = epoch.load(std::memory_order_relaxed);
     while (was < e && !epoch.compare_exchange_weak(was, e, std::memory_order_release)) {

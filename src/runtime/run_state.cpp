@@ -58,6 +58,31 @@ void RunState::adopt_replicas(int count) {
   cv_.notify_all();
 }
 
+void RunState::release_replicas(int count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool was_done = finished_ >= total_replicas;
+  total_replicas -= count;
+  if (!was_done && finished_ >= total_replicas) {
+    end_ns.store(steady_now_ns());
+    cv_.notify_all();
+  }
+}
+
+void RunState::record_drained_on(int node, int replica, int unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drained_on_.insert({node, replica, unit});
+}
+
+bool RunState::drained_on(int node, int replica, int unit) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return drained_on_.count({node, replica, unit}) != 0;
+}
+
+std::vector<std::tuple<int, int, int>> RunState::drained_hosts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {drained_on_.begin(), drained_on_.end()};
+}
+
 void RunState::abort(const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_.empty()) error_ = message;

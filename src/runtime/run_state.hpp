@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <array>
 #include <map>
+#include <set>
+#include <tuple>
 #include <optional>
 #include <memory>
 #include <mutex>
@@ -55,6 +57,18 @@ struct RunState {
   /// By unit: its speed factor now (`scenario:` changes it during the run;
   /// stages read it at every step).
   std::vector<std::unique_ptr<std::atomic<double>>> unit_speed;
+  /// By unit, in the coordinator's process, what it knows of unit
+  /// processes for moves: the newest placement epoch each said it has taken
+  /// up (Ready; a move begins once every unit process with replicas has
+  /// taken up the placement before it), whether it has sent its figures
+  /// for the end (done) or was declared dead or left (gone): no move goes
+  /// to those.
+  struct RemoteUnit {
+    std::atomic<std::uint32_t> epoch{0};
+    std::atomic<bool> done{false};
+    std::atomic<bool> gone{false};
+  };
+  std::vector<std::unique_ptr<RemoteUnit>> remote_units;
   /// By unit: the coordinator's steady clock minus that of the unit's
   /// process (0 in the coordinator's own), and the round trip of the
   /// exchange it was measured with (-1: not known yet). Sized with the units
@@ -148,6 +162,14 @@ struct RunState {
   void replica_finished(int count = 1);
   /// Replicas placed here after the start (failover): the run also waits for them.
   void adopt_replicas(int count);
+  /// Replicas that drained here and moved to another process: the run no
+  /// longer waits for them here.
+  void release_replicas(int count);
+  /// Replica (node, replica) drained on `unit` and moved on: what it did
+  /// there still counts (its unit's figures keep it; the coordinator takes it).
+  void record_drained_on(int node, int replica, int unit);
+  bool drained_on(int node, int replica, int unit) const;
+  std::vector<std::tuple<int, int, int>> drained_hosts() const;
   int replicas_total() const;
   /// This unit's replicas were fenced (placed elsewhere while it was paused):
   /// the run now waits for `total` replicas, none finished.
@@ -173,6 +195,7 @@ struct RunState {
   bool aborted_ = false;
   std::string error_;
   std::map<int, RemoteTransportStats> remote_transport_;
+  std::set<std::tuple<int, int, int>> drained_on_;
   std::map<int, UnitLoad> loads_;
   std::vector<FailoverReport> failovers_;
   std::vector<MoveReport> moves_;

@@ -122,7 +122,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     std::vector<std::pair<std::int64_t, std::pair<int, double>>> steps;
     for (const auto& step : run->spec.scenario) {
       const int u = runtime::unit_index(run->spec, step.unit);
-      if (u < 0 || !local[static_cast<std::size_t>(u)]) continue;
+      // The coordinator also follows the speeds of units in other processes,
+      // which apply them there: its placement policy plans with them.
+      if (u < 0 || (!local[static_cast<std::size_t>(u)] && !(distributed && options.coordinator))) continue;
       steps.push_back({run->start_ns.load() + static_cast<std::int64_t>(step.at_s * 1e9), {u, step.speed}});
     }
     if (steps.empty()) return;
@@ -134,6 +136,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
         const auto when = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at));
         if (scenario_cv.wait_until(lock, when, [this] { return scenario_stopping; })) return;
         run->unit_speed[static_cast<std::size_t>(change.first)]->store(change.second, std::memory_order_relaxed);
+        if (!local[static_cast<std::size_t>(change.first)]) continue;
         swarmflow::log::info("scenario: unit '%s' runs at speed %g from %.2f s",
                              run->spec.units[static_cast<std::size_t>(change.first)].id.c_str(), change.second,
                              static_cast<double>(at - run->start_ns.load()) / 1e9);
@@ -264,6 +267,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     }
     run->publish(std::move(table));
     for (const auto& u : run->spec.units) run->unit_speed.push_back(std::make_unique<std::atomic<double>>(u.speed));
+    for (std::size_t u = 0; u < run->spec.units.size(); ++u) run->remote_units.push_back(std::make_unique<runtime::RunState::RemoteUnit>());
     for (std::size_t u = 0; u < run->spec.units.size(); ++u) {
       run->clock_offset_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(0));
       run->clock_delay_ns.push_back(std::make_unique<std::atomic<std::int64_t>>(-1));
@@ -447,7 +451,32 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   }
   void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
                        const placement::Snapshots& snapshots) override {
-    apply_placement(std::move(unit_of), epoch, &snapshots);
+    // A failover: the replicas that take work stay; keys go back to the hash ring.
+    const auto before = run->table();
+    runtime::RoutingTable placed;
+    placed.epoch = epoch;
+    placed.unit_of = std::move(unit_of);
+    placed.active = before->active;
+    placed.ring = before->ring;
+    apply_placement(placed, &snapshots);
+  }
+  void drained(int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) override {
+    if (run->on_drained) run->on_drained(node, replica, std::move(handover));
+  }
+  void unit_ready(int unit, std::uint32_t epoch) override {
+    auto& e = run->remote_units[static_cast<std::size_t>(unit)]->epoch;
+    std::uint32_t was = e.load();
+    while (was < epoch && !e.compare_exchange_weak(was, epoch)) {
+    }
+  }
+  void unit_lost(int unit) override { run->remote_units[static_cast<std::size_t>(unit)]->gone.store(true); }
+  void unit_back(int unit) override {
+    run->remote_units[static_cast<std::size_t>(unit)]->done.store(false);
+    run->remote_units[static_cast<std::size_t>(unit)]->gone.store(false);
+  }
+  void record_load_report(int unit, const schema::LoadReport& report) override {
+    run->record_load(unit, std::clamp(static_cast<double>(report.utilisation()), 0.0, 1.0));
+    runtime::take_remote_load(*run, unit, report);
   }
   void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) override {
     auto table = std::make_shared<runtime::RoutingTable>();
@@ -460,6 +489,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   }
   void record_load(int unit, double utilisation) override { run->record_load(unit, utilisation); }
   void merge_unit_done(int unit, const schema::UnitDone& done) override {
+    run->remote_units[static_cast<std::size_t>(unit)]->done.store(true);
     runtime::merge_unit_done(*run, live_figures, unit, done);
   }
   void merge_unit_figures(int unit, const schema::UnitFigures& figures) override {
@@ -510,6 +540,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
         skipped = false;
         lock.unlock();
         watch_coordinator();
+        report_load();
         lock.lock();
       }
     });
@@ -545,40 +576,52 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   /// Takes up a new placement in this process: hosts for the replicas placed
   /// here anew are spawned, the table is published, and every other local
   /// host is told (it replays to moved consumers, drops duplicates of moved
-  /// producers and counts lost ones as ended).
+  /// producers and counts lost ones as ended, or takes up a move's drain and
+  /// hand-over). A replica that drained here and now runs in another
+  /// process stops here; one placed here after it drained elsewhere starts
+  /// from its hand-over (sent ahead of the plan) as its successor.
   /// `snapshots`: the coordinator's (in its process), else those the
   /// coordinator sent this unit process ahead of the plan.
-  void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
-                       const placement::Snapshots* snapshots) {
+  void apply_placement(const runtime::RoutingTable& plan, const placement::Snapshots* snapshots) {
     const auto before = run->table();
+    const std::uint32_t epoch = plan.epoch;
     if (epoch <= before->epoch) return;
-    auto placed = std::make_shared<runtime::RoutingTable>();
-    placed->epoch = epoch;
-    placed->unit_of = std::move(unit_of);
-    placed->active = before->active;
-    placed->ring = before->ring;
+    auto placed = std::make_shared<runtime::RoutingTable>(plan);
+    placed->actors.clear();
     auto table = std::make_shared<runtime::RoutingTable>(*placed);
     table->actors = before->actors;
     table->actors.resize(run->graph.nodes.size());
     std::vector<caf::actor> fresh;
-    std::vector<caf::actor> fenced;  ///< hosts of replicas that live elsewhere now
+    std::vector<caf::actor> fenced;     ///< hosts of replicas that live elsewhere now
+    std::vector<caf::actor> moved_out;  ///< hosts of replicas that drained here and moved
+    int moved_in = 0;
     for (const auto& node : run->graph.nodes) {
       auto& actors = table->actors[static_cast<std::size_t>(node.index)];
       actors.resize(static_cast<std::size_t>(node.decl->replicas));
       for (int r = 0; r < node.decl->replicas; ++r) {
         const int u = placed->unit(node.index, r);
         const bool here = u != runtime::kLostUnit && local[static_cast<std::size_t>(u)];
-        if (!here) {
-          if (actors[static_cast<std::size_t>(r)]) fenced.push_back(actors[static_cast<std::size_t>(r)]);
-          actors[static_cast<std::size_t>(r)] = caf::actor();
-        } else if (before->unit(node.index, r) != u) {
-          actors[static_cast<std::size_t>(r)] =
-              runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r,
-                                        stored_snapshot(node.index, r, snapshots), true);
-          fresh.push_back(actors[static_cast<std::size_t>(r)]);
+        const int was = before->unit(node.index, r);
+        const bool handed_over = placed->was_handed_over(node.index, r);
+        // It drained for a move (a clean hand-over; its successor may stay
+        // on the same unit, as when it gave keys away).
+        const bool succeeded = handed_over && before->is_draining(node.index, r);
+        caf::actor& a = actors[static_cast<std::size_t>(r)];
+        if ((was != u || succeeded) && a) {
+          // Drained, or this unit was fenced after a failover.
+          (succeeded ? moved_out : fenced).push_back(a);
+          if (succeeded && was != u) run->record_drained_on(node.index, r, was);
+          a = caf::actor();
+        }
+        if (here && (was != u || succeeded)) {
+          a = runtime::spawn_stage_host(*systems[static_cast<std::size_t>(u)], run, placed, node.index, r,
+                                        stored_snapshot(node.index, r, snapshots), !handed_over, handed_over);
+          fresh.push_back(a);
+          if (handed_over) ++moved_in;
         }
       }
     }
+    for (const auto& a : moved_out) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     if (!fenced.empty()) {
       // This unit was declared dead while it was only paused, and its
       // replicas were placed elsewhere: they stop here, unfinished, and the
@@ -587,8 +630,13 @@ struct Runtime::Impl : placement::CoordinatorEffects {
                    local_unit_names().c_str(), epoch, fenced.size(), fenced.size() == 1 ? "" : "s");
       for (const auto& a : fenced) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       if (!options.coordinator) run->reset_replicas(static_cast<int>(fresh.size()));
-    } else if (!options.coordinator && !fresh.empty()) {
-      run->adopt_replicas(static_cast<int>(fresh.size()));
+    } else if (!options.coordinator) {
+      if (!fresh.empty()) run->adopt_replicas(static_cast<int>(fresh.size()));
+      if (!moved_out.empty()) run->release_replicas(static_cast<int>(moved_out.size()));
+    }
+    if (moved_in > 0 || !moved_out.empty()) {
+      swarmflow::log::info("%s: placement epoch %u: %d replica%s moved here, %zu moved away", local_unit_names().c_str(),
+                           epoch, moved_in, moved_in == 1 ? "" : "s", moved_out.size());
     }
     std::shared_ptr<const runtime::RoutingTable> published = table;
     // The hosts hear of the change before the transport delivers anything of
@@ -609,6 +657,29 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
     }
     for (const auto& a : fresh) runtime::send_start(a);
+  }
+
+  /// A unit process's load reports, every placement interval, from its watch
+  /// thread: busy workers cannot hold them up (a unit actor on a unit whose
+  /// only worker runs a long step could not send them).
+  std::vector<std::unique_ptr<runtime::LoadReporter>> load_reporters;
+  std::int64_t next_load_ns = 0;
+  void report_load() {
+    if (run->start_ns.load() == 0 || run->finished()) return;
+    const std::int64_t now = steady_now_ns();
+    if (now < next_load_ns) return;
+    next_load_ns = now + static_cast<std::int64_t>(std::max(1, run->spec.placement.interval_ms)) * 1'000'000;
+    if (load_reporters.empty()) {
+      for (std::size_t u = 0; u < local.size(); ++u) {
+        load_reporters.push_back(local[u] ? std::make_unique<runtime::LoadReporter>(static_cast<int>(u), thread_count(u))
+                                          : nullptr);
+      }
+    }
+    for (std::size_t u = 0; u < local.size(); ++u) {
+      if (load_reporters[u] && run->transports[u]) {
+        run->transports[u]->send_control(load_reporters[u]->report(*run, nullptr));
+      }
+    }
   }
 
   /// A unit process that loses the coordinator says so once and carries on
@@ -673,21 +744,24 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   /// A unit process takes up a plan of a newer epoch (a failover) and tells
   /// the coordinator it has.
   void take_up_new_plan() {
-    std::vector<std::vector<int>> plan;
-    std::uint32_t epoch = 0;
+    std::deque<runtime::RoutingTable> plans;
     {
       std::lock_guard<std::mutex> lock(unit_side->mutex);
       if (!unit_side->replan) return;
+      if (run->start_ns == 0) return;  // before the run: start() takes the plan up
       unit_side->replan = false;
-      plan = unit_side->plan;
-      epoch = unit_side->epoch;
+      plans = std::move(unit_side->plans);
+      unit_side->plans.clear();
     }
-    if (run->start_ns == 0) return;  // before the run: start() takes the plan up
-    apply_placement(std::move(plan), epoch, nullptr);
-    for (std::size_t u = 0; u < local.size(); ++u) {
-      if (!local[u]) continue;
-      const std::string id = run->spec.units[u].id;
-      run->transports[u]->send_control(runtime::ready_message(id, epoch));
+    // One epoch at a time, as the hosts take them up: a move's drain, then
+    // its hand-over.
+    for (const auto& plan : plans) {
+      apply_placement(plan, nullptr);
+      for (std::size_t u = 0; u < local.size(); ++u) {
+        if (!local[u]) continue;
+        const std::string id = run->spec.units[u].id;
+        run->transports[u]->send_control(runtime::ready_message(id, plan.epoch));
+      }
     }
   }
 
@@ -790,6 +864,21 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       }
     };
     hooks.threads = [this](int unit) { return thread_count(static_cast<std::size_t>(unit)); };
+    if (distributed) {
+      hooks.remote = [this](int unit) { return !local[static_cast<std::size_t>(unit)]; };
+      hooks.send_plan = [this](const runtime::RoutingTable& table) {
+        broadcast([&] { return runtime::plan_message(table); });
+      };
+      hooks.send_restore = [this](int unit, std::uint32_t epoch, int node, int replica,
+                                  const runtime::ReplicaSnapshot& state) {
+        control_server->send(run->spec.units[static_cast<std::size_t>(unit)].id,
+                             runtime::encode_restore(epoch, node, replica, state));
+      };
+      hooks.send_keys = [this](int unit, std::uint32_t epoch, int node, int replica, const runtime::KeyStates& keys) {
+        control_server->send(run->spec.units[static_cast<std::size_t>(unit)].id,
+                             runtime::encode_key_states(epoch, node, replica, keys));
+      };
+    }
     placer = std::make_shared<runtime::Placer>(run, std::move(hooks),
                                                placement::PolicySettings::from(run->spec.placement),
                                                run->spec.placement.policy == "adaptive");
@@ -797,6 +886,18 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     run->on_drained = [weak = std::weak_ptr<runtime::Placer>(placer)](
                           int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) {
       if (auto p = weak.lock()) p->drained(node, replica, std::move(handover));
+    };
+  }
+
+  /// A unit process: a replica that drained for a move hands its state over
+  /// to the coordinator, whose placer places its successor.
+  void hand_drained_to_coordinator() {
+    run->on_drained = [run = run](int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) {
+      const auto table = run->table();
+      const int unit = table->unit(node, replica);
+      if (unit == runtime::kLostUnit || !run->transports[static_cast<std::size_t>(unit)]) return;
+      run->transports[static_cast<std::size_t>(unit)]->send_control(runtime::encode_snapshot(
+          run->spec.units[static_cast<std::size_t>(unit)].id, table->epoch, node, replica, *handover));
     };
   }
 
@@ -877,21 +978,6 @@ Status Runtime::start() {
   static std::atomic<int> instances{0};
   m.instance = instances.fetch_add(1);
   if (Status s = m.choose_local_units(); !s.ok()) return s;
-  if (m.distributed) {
-    for (const auto& s : m.run->spec.stages) {
-      if (s.min_replicas == s.max_replicas) continue;
-      return Status::error("stage '" + s.id + "' has a range of replicas (" + std::to_string(s.min_replicas) + " to " +
-                               std::to_string(s.max_replicas) +
-                               "): replicas are added and removed among units of one process; this run has unit "
-                               "processes (docs/placement.md): give a number of replicas, or run every unit here",
-                           StatusCode::failed_precondition);
-    }
-  }
-  if (m.distributed && m.run->spec.placement.policy == "adaptive") {
-    return Status::error("placement.policy adaptive moves replicas between units of one process; this run has unit "
-                         "processes (docs/placement.md): use `static`, or run every unit here",
-                         StatusCode::failed_precondition);
-  }
   // The coordinator's own units read its clock; the others' offsets come
   // from heartbeats (docs/observability.md, clock offsets).
   if (m.options.coordinator) {
@@ -980,13 +1066,12 @@ Status Runtime::start() {
                                 StatusCode::unavailable));
     }
     std::lock_guard<std::mutex> lock(m.unit_side->mutex);
-    auto table = std::make_shared<runtime::RoutingTable>();
-    table->unit_of = m.unit_side->plan;
-    table->epoch = m.unit_side->epoch;
-    m.run->publish(std::move(table));
+    m.run->publish(std::make_shared<runtime::RoutingTable>(m.unit_side->plan));
+    m.unit_side->plans.clear();  // taken up here
   }
 
-  if (!m.distributed) m.make_placer();
+  if (!m.distributed || m.options.coordinator) m.make_placer();
+  if (m.distributed && !m.options.coordinator) m.hand_drained_to_coordinator();
   m.spawn_local_hosts();
 
   if (m.distributed && m.options.coordinator && !takeover) {

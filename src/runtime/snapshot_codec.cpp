@@ -9,6 +9,29 @@ namespace swarmflow::runtime {
 
 namespace {
 
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<schema::KeyState>>> build_keys(
+    flatbuffers::FlatBufferBuilder& fbb, const KeyStates& keys) {
+  std::vector<flatbuffers::Offset<schema::KeyState>> out;
+  out.reserve(keys.size());
+  for (const auto& [key, state] : keys) {
+    out.push_back(schema::CreateKeyState(
+        fbb, key, fbb.CreateVector(reinterpret_cast<const std::uint8_t*>(state.data()), state.size())));
+  }
+  return fbb.CreateVector(out);
+}
+
+bool read_keys(const flatbuffers::Vector<flatbuffers::Offset<schema::KeyState>>* keys, KeyStates* out) {
+  if (keys == nullptr) return true;
+  out->reserve(keys->size());
+  for (const auto* k : *keys) {
+    if (k == nullptr) return false;
+    std::string state;
+    if (k->state() != nullptr) state.assign(reinterpret_cast<const char*>(k->state()->data()), k->state()->size());
+    out->emplace_back(k->key(), std::move(state));
+  }
+  return true;
+}
+
 flatbuffers::Offset<schema::Snapshot> build_snapshot(flatbuffers::FlatBufferBuilder& fbb, const std::string& unit_id,
                                                      std::uint32_t epoch, int node, int replica,
                                                      const ReplicaSnapshot& s) {
@@ -24,9 +47,10 @@ flatbuffers::Offset<schema::Snapshot> build_snapshot(flatbuffers::FlatBufferBuil
                                           fbb.CreateVector(k.streams), fbb.CreateVector(k.seqs)));
   }
   const auto state = fbb.CreateVector(reinterpret_cast<const std::uint8_t*>(s.state.data()), s.state.size());
+  const auto keys = build_keys(fbb, s.keys);
   return schema::CreateSnapshot(fbb, fbb.CreateString(unit_id), epoch, static_cast<std::uint32_t>(node),
                                 static_cast<std::uint32_t>(replica), s.id, state, s.processed,
-                                fbb.CreateVector(counters), fbb.CreateVector(seen));
+                                fbb.CreateVector(counters), fbb.CreateVector(seen), s.handover, s.finished, keys);
 }
 
 }  // namespace
@@ -84,7 +108,27 @@ bool decode_snapshot(const schema::Snapshot& m, ReplicaSnapshot* out) {
       s.seen.push_back(std::move(seen));
     }
   }
+  s.handover = m.handover();
+  s.finished = m.finished();
+  if (!read_keys(m.keys(), &s.keys)) return false;
   *out = std::move(s);
+  return true;
+}
+
+transport::ControlBuffer encode_key_states(std::uint32_t epoch, int node, int replica, const KeyStates& keys) {
+  return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+    const auto body = build_keys(fbb, keys);
+    return std::make_pair(schema::ControlBody::KeyStates,
+                          schema::CreateKeyStates(fbb, epoch, static_cast<std::uint32_t>(node),
+                                                  static_cast<std::uint32_t>(replica), body)
+                              .Union());
+  });
+}
+
+bool decode_key_states(const schema::KeyStates& m, KeyStates* out) {
+  KeyStates keys;
+  if (!read_keys(m.keys(), &keys)) return false;
+  *out = std::move(keys);
   return true;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Snapshots of stateful replicas on the control plane: Snapshot (unit to
-// coordinator), SnapshotStored (its answer) and Restore (coordinator to the
-// unit a replica moves to).
+// coordinator), SnapshotStored (its answer), Restore (coordinator to the
+// unit a replica moves to), a drained replica's hand-over (a Snapshot) and
+// the keys with state it gives away (KeyStates).
 
 #include <cstdint>
 #include <string>
@@ -21,5 +22,10 @@ transport::ControlBuffer encode_restore(std::uint32_t epoch, int node, int repli
 /// The snapshot in a verified message (its sizes checked: streams and seqs
 /// of one producer must match).
 bool decode_snapshot(const schema::Snapshot& message, ReplicaSnapshot* out);
+
+/// KeyStates: keys with their state for replica (node, replica), sent to
+/// its unit ahead of the plan of `epoch` that routes them there.
+transport::ControlBuffer encode_key_states(std::uint32_t epoch, int node, int replica, const KeyStates& keys);
+bool decode_key_states(const schema::KeyStates& message, KeyStates* out);
 
 }  // namespace swarmflow::runtime

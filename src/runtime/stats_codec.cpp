@@ -46,7 +46,7 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
   std::vector<flatbuffers::Offset<schema::ReplicaStats>> replicas;
   for (std::size_t node = 0; node < table.unit_of.size(); ++node) {
     for (std::size_t r = 0; r < table.unit_of[node].size(); ++r) {
-      if (table.unit_of[node][r] != unit) continue;
+      if (table.unit_of[node][r] != unit && !run.drained_on(static_cast<int>(node), static_cast<int>(r), unit)) continue;
       const ReplicaStats& s = *run.replica_stats[node][r];
       std::vector<flatbuffers::Offset<schema::Count>> counters;
       for (const auto& [name, value] : s.counters()) {
@@ -72,14 +72,20 @@ Encoded encode_figures(flatbuffers::FlatBufferBuilder& fbb, const RunState& run,
   for (const auto& edge : run.graph.edges) {
     const auto e = static_cast<std::size_t>(edge.id);
     for (std::size_t r = 0; r < run.edge_out[e].size(); ++r) {
-      if (table.unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit) continue;
+      if (table.unit_of[static_cast<std::size_t>(edge.from_node)][r] != unit &&
+          !run.drained_on(edge.from_node, static_cast<int>(r), unit)) {
+        continue;
+      }
       const EdgeSideStats& s = *run.edge_out[e][r];
       edges.push_back(schema::CreateEdgeSide(fbb, static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(r), true,
                                              s.sent.load(), s.dropped.load(), 0, s.peak_in_flight.load(),
                                              s.too_large.load(), 0, s.peak_retained.load(), s.replayed.load()));
     }
     for (std::size_t r = 0; r < run.edge_in[e].size(); ++r) {
-      if (table.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit) continue;
+      if (table.unit_of[static_cast<std::size_t>(edge.to_node)][r] != unit &&
+          !run.drained_on(edge.to_node, static_cast<int>(r), unit)) {
+        continue;
+      }
       const EdgeSideStats& s = *run.edge_in[e][r];
       const metrics::LatencyHistogram hops_h = s.hops.snapshot();
       const auto hops = encode_buckets(fbb, hops_h);
@@ -273,14 +279,15 @@ UnitFigures decode_figures(int unit, std::uint64_t incarnation,
 void merge_unit_figures(RunState& run, LiveFigures& live, int unit, const schema::UnitFigures& figures) {
   const auto table = run.table();
   live.take(decode_figures(unit, figures.incarnation(), figures.replicas(), figures.edges()), table->unit_of,
-            edge_ends(run));
+            edge_ends(run), run.drained_hosts());
   apply_changes(run, *table, live.changes());
   take_transport(run, unit, figures.transport());
 }
 
 void merge_unit_done(RunState& run, LiveFigures& live, int unit, const schema::UnitDone& done) {
   const auto table = run.table();
-  live.take(decode_figures(unit, 0, done.replicas(), done.edges()), table->unit_of, edge_ends(run));
+  live.take(decode_figures(unit, 0, done.replicas(), done.edges()), table->unit_of, edge_ends(run),
+            run.drained_hosts());
   apply_changes(run, *table, live.changes());
   take_transport(run, unit, done.transport());
   if (!done.ok()) run.fail(done.error() != nullptr ? done.error()->str() : "unit " + std::to_string(unit) + " failed");

@@ -1,6 +1,10 @@
 #include "runtime/unit_protocol.hpp"
 
+#include <algorithm>
+
 #include <caf/actor.hpp>
+
+#include "runtime/messages.hpp"
 
 #include "runtime/run_state.hpp"
 #include "runtime/snapshot_codec.hpp"
@@ -35,12 +39,16 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
     case schema::ControlBody::PlacementPlan: {
       const auto* p = c.body_as_PlacementPlan();
       if (side.has_plan && p->epoch() <= side.epoch) break;
-      std::vector<std::vector<int>> plan;
+      RoutingTable plan;
       // Not this pipeline's plan: the coordinator runs another file.
-      if (!decode_plan(run, *p, &plan)) break;
-      side.plan = std::move(plan);
+      if (!decode_placement(run.graph, run.spec.units.size(), *p, &plan)) break;
       side.epoch = p->epoch();
-      if (side.has_plan) side.replan = true;  // a failover: the failure watch takes it up
+      if (side.has_plan) {
+        // A failover or a move: the failure watch takes it up.
+        side.plans.push_back(plan);
+        side.replan = true;
+      }
+      side.plan = std::move(plan);
       side.has_plan = true;
       break;
     }
@@ -73,6 +81,16 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
       if (!decode_snapshot(*m->snapshot(), snapshot.get())) break;
       side.restores[{static_cast<int>(m->snapshot()->node()), static_cast<int>(m->snapshot()->replica())}] =
           std::move(snapshot);
+      break;
+    }
+    case schema::ControlBody::KeyStates: {
+      // Ahead of the plan that routes the keys here: the replica's mailbox
+      // has them before any of their envelopes, which come under that plan.
+      const auto* m = c.body_as_KeyStates();
+      KeyStates keys;
+      if (!decode_key_states(*m, &keys)) break;
+      const caf::actor a = run.table()->actor(static_cast<int>(m->node()), static_cast<int>(m->replica()));
+      if (a) caf::anon_send(a, keys_atom::value, std::make_shared<const KeyStates>(std::move(keys)));
       break;
     }
     case schema::ControlBody::StopSources:
@@ -113,7 +131,50 @@ flatbuffers::Offset<schema::PlacementPlan> build_plan(flatbuffers::FlatBufferBui
     counts.push_back(static_cast<std::uint32_t>(replicas.size()));
     for (int u : replicas) units.push_back(u == kLostUnit ? kLostInPlan : static_cast<std::uint32_t>(u));
   }
-  return schema::CreatePlacementPlan(fbb, table.epoch, fbb.CreateVector(counts), fbb.CreateVector(units));
+  std::vector<std::uint32_t> h_node;
+  std::vector<std::uint32_t> h_replica;
+  std::vector<std::int32_t> h_from;
+  std::vector<std::uint32_t> h_epoch;
+  for (const auto& h : table.handovers) {
+    h_node.push_back(static_cast<std::uint32_t>(h.node));
+    h_replica.push_back(static_cast<std::uint32_t>(h.replica));
+    h_from.push_back(h.from_unit);
+    h_epoch.push_back(h.epoch);
+  }
+  const auto non_negative = [](const std::vector<int>& v) {
+    std::vector<std::uint32_t> out;
+    for (int x : v) out.push_back(static_cast<std::uint32_t>(std::max(0, x)));
+    return out;
+  };
+  std::vector<std::uint32_t> key_nodes;
+  std::vector<std::uint32_t> key_counts;
+  std::vector<std::uint64_t> key_ids;
+  std::vector<std::uint32_t> key_replicas;
+  for (std::size_t n = 0; n < table.keys.size(); ++n) {
+    if (!table.keys[n]) continue;
+    key_nodes.push_back(static_cast<std::uint32_t>(n));
+    key_counts.push_back(static_cast<std::uint32_t>(table.keys[n]->size()));
+    for (const auto& [key, replica] : *table.keys[n]) {
+      key_ids.push_back(key);
+      key_replicas.push_back(static_cast<std::uint32_t>(replica));
+    }
+  }
+  schema::PlacementPlanBuilder b(fbb);
+  const auto c = fbb.CreateVector(counts);
+  const auto u = fbb.CreateVector(units);
+  const auto dk = fbb.CreateVector(table.draining_keys);
+  const auto hn = fbb.CreateVector(h_node);
+  const auto hr = fbb.CreateVector(h_replica);
+  const auto hf = fbb.CreateVector(h_from);
+  const auto he = fbb.CreateVector(h_epoch);
+  const auto act = fbb.CreateVector(non_negative(table.active));
+  const auto ring = fbb.CreateVector(non_negative(table.ring));
+  const auto kn = fbb.CreateVector(key_nodes);
+  const auto kc = fbb.CreateVector(key_counts);
+  const auto ki = fbb.CreateVector(key_ids);
+  const auto kr = fbb.CreateVector(key_replicas);
+  return schema::CreatePlacementPlan(fbb, table.epoch, c, u, table.draining.first, table.draining.second, dk,
+                                     table.draining_all_keys, hn, hr, hf, he, act, ring, kn, kc, ki, kr);
 }
 
 transport::ControlBuffer plan_message(const RunState& run) { return plan_message(*run.table()); }
@@ -130,8 +191,16 @@ bool decode_plan(const RunState& run, const schema::PlacementPlan& p, std::vecto
 
 bool decode_plan(const graph::Graph& graph, std::size_t units, const schema::PlacementPlan& p,
                  std::vector<std::vector<int>>* out) {
+  RoutingTable table;
+  if (!decode_placement(graph, units, p, &table)) return false;
+  *out = std::move(table.unit_of);
+  return true;
+}
+
+bool decode_placement(const graph::Graph& graph, std::size_t units, const schema::PlacementPlan& p, RoutingTable* out) {
   if (p.stage_replicas() == nullptr || p.units() == nullptr) return false;
-  std::vector<std::vector<int>> plan;
+  RoutingTable t;
+  t.epoch = p.epoch();
   std::size_t next = 0;
   const auto& nodes = graph.nodes;
   if (p.stage_replicas()->size() != nodes.size()) return false;
@@ -145,9 +214,63 @@ bool decode_plan(const graph::Graph& graph, std::size_t units, const schema::Pla
       if (u >= units && u != kLostInPlan) return false;
       replicas.push_back(u == kLostInPlan ? kLostUnit : static_cast<int>(u));
     }
-    plan.push_back(std::move(replicas));
+    t.unit_of.push_back(std::move(replicas));
   }
-  *out = std::move(plan);
+  const auto replica_ok = [&](std::int64_t node, std::int64_t replica) {
+    return node >= 0 && static_cast<std::size_t>(node) < nodes.size() && replica >= 0 &&
+           replica < nodes[static_cast<std::size_t>(node)].decl->replicas;
+  };
+  const auto size = [](const auto* v) -> std::size_t { return v == nullptr ? 0 : v->size(); };
+  if (p.draining_node() >= 0) {
+    if (!replica_ok(p.draining_node(), p.draining_replica())) return false;
+    t.draining = {p.draining_node(), p.draining_replica()};
+  }
+  if (p.draining_keys() != nullptr) t.draining_keys.assign(p.draining_keys()->begin(), p.draining_keys()->end());
+  t.draining_all_keys = p.draining_all_keys();
+  const std::size_t handovers = size(p.handover_node());
+  if (size(p.handover_replica()) != handovers || size(p.handover_from()) != handovers ||
+      size(p.handover_epoch()) != handovers) {
+    return false;
+  }
+  for (flatbuffers::uoffset_t i = 0; i < handovers; ++i) {
+    RoutingTable::Handover h;
+    h.node = static_cast<int>(p.handover_node()->Get(i));
+    h.replica = static_cast<int>(p.handover_replica()->Get(i));
+    h.from_unit = p.handover_from()->Get(i);
+    h.epoch = p.handover_epoch()->Get(i);
+    if (!replica_ok(h.node, h.replica) || h.from_unit < kLostUnit || h.from_unit >= static_cast<int>(units)) return false;
+    t.handovers.push_back(h);
+  }
+  for (const auto* counts : {p.active(), p.ring()}) {
+    if (counts == nullptr || counts->size() == 0) continue;
+    if (counts->size() != nodes.size()) return false;
+    std::vector<int> v;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const std::uint32_t x = counts->Get(static_cast<flatbuffers::uoffset_t>(n));
+      if (x > static_cast<std::uint32_t>(nodes[n].decl->replicas)) return false;
+      v.push_back(static_cast<int>(x));
+    }
+    (counts == p.active() ? t.active : t.ring) = std::move(v);
+  }
+  const std::size_t maps = size(p.key_nodes());
+  const std::size_t keys = size(p.key_ids());
+  if (size(p.key_counts()) != maps || size(p.key_replicas()) != keys) return false;
+  std::size_t k = 0;
+  for (flatbuffers::uoffset_t i = 0; i < maps; ++i) {
+    const std::uint32_t node = p.key_nodes()->Get(i);
+    const std::uint32_t count = p.key_counts()->Get(i);
+    if (node >= nodes.size() || count > keys - k) return false;
+    auto map = std::make_shared<KeyMap>();
+    for (std::uint32_t j = 0; j < count; ++j, ++k) {
+      const auto replica = p.key_replicas()->Get(static_cast<flatbuffers::uoffset_t>(k));
+      if (!replica_ok(node, replica)) return false;
+      (*map)[p.key_ids()->Get(static_cast<flatbuffers::uoffset_t>(k))] = static_cast<int>(replica);
+    }
+    t.keys.resize(nodes.size());
+    t.keys[node] = std::move(map);
+  }
+  if (k != keys) return false;
+  *out = std::move(t);
   return true;
 }
 

@@ -1,10 +1,11 @@
 #pragma once
 // The unit process's side of the control protocol: what it hears from the
 // coordinator (plans, Go, StopSources, Shutdown, SnapshotStored, Restore,
-// heartbeats that tell a new coordinator), and the plan and simple messages
+// heartbeats that tell a new coordinator, keys with state for a replica), and the plan and simple messages
 // both sides exchange.
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -34,7 +35,10 @@ struct UnitSide {
   std::condition_variable cv;
   bool has_plan = false;
   std::uint32_t epoch = 0;
-  std::vector<std::vector<int>> plan;
+  /// The placement of `epoch` (no actors).
+  RoutingTable plan;
+  /// Plans that came during the run, not yet taken up, oldest first.
+  std::deque<RoutingTable> plans;
   bool go = false;
   bool replan = false;  ///< a newer plan arrived during the run
   bool shutdown = false;
@@ -80,6 +84,10 @@ bool decode_plan(const RunState& run, const schema::PlacementPlan& p, std::vecto
 /// The same for `graph` placed on `units` units.
 bool decode_plan(const graph::Graph& graph, std::size_t units, const schema::PlacementPlan& p,
                  std::vector<std::vector<int>>* out);
+/// The whole placement in a verified plan (without actors): units, the
+/// replica draining for a move, hand-overs, replicas taking work, key maps.
+/// false when it is not this pipeline's or out of range.
+bool decode_placement(const graph::Graph& graph, std::size_t units, const schema::PlacementPlan& p, RoutingTable* out);
 
 /// Go, Shutdown or StopSources for placement `epoch`.
 transport::ControlBuffer simple_message(schema::ControlBody type, std::uint32_t epoch);

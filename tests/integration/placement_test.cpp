@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -240,19 +242,119 @@ TEST(Placement, AStageWithAReplicaRangeScalesOutUnderBacklogAndBackInWhenItsUnit
   EXPECT_EQ(report["stages"]["src"]["processed"].get<std::int64_t>(), received + dropped);
 }
 
-TEST(Placement, AdaptivePlacementWithUnitProcessesIsRefusedSayingWhy) {
+/// The replica's unit in the state (or report), "" when it is not listed.
+std::string unit_of(const nlohmann::json& state, const std::string& stage, int replica) {
+  if (!state.is_object() || !state.contains("replicas")) return {};
+  for (const auto& r : state["replicas"]) {
+    if (r.value("stage", "") == stage && r.value("replica", -1) == replica) return r.value("unit", "");
+  }
+  return {};
+}
+
+// The same moves across processes: u0 (the coordinator's process, with the
+// source) and three unit processes u1, u2, u3 on ipc. `work` runs on u1,
+// which slows to a fifth a second in: the adaptive policy moves it to
+// another process. The stateful sink (sim.sink checks every stream's
+// sequence, per stream) has a replica standing by, asked over HTTP to take
+// work on the unit where sink/0 is not: it moves there first (a drain with
+// nothing to drain), the policy gives it keys from sink/0 with their state
+// (the idle replica), and asked to go it hands them back. Nothing is lost,
+// duplicated or reordered; without the keys' state the sink would count the
+// streams it took over mid-sequence as lost.
+TEST(Placement, MovesAcrossThreeUnitProcessesLoseNothingAndKeysKeepTheirOrderAndState) {
   TempDir dir;
+  const auto ipc = [&](const std::string& name) { return "\"ipc://" + dir.file(name + ".sock") + "\""; };
   const std::string file = dir.write(
       "remote.yaml",
-      "pipeline: remote\nplacement: {policy: adaptive}\n"
-      "coordinator: ipc://" + dir.file("c.sock") + "\n"
-      "units:\n  - {id: u0, endpoint: \"ipc://" + dir.file("u0.sock") + "\"}\n"
-      "  - {id: u1, endpoint: \"ipc://" + dir.file("u1.sock") + "\"}\n"
-      "stages:\n  - {id: src, type: sim.source, params: {count: 10}}\n"
-      "  - {id: sink, type: sim.sink, inputs: {in: src/out}, placement: {units: [u1]}}\n");
-  const pid_t run = spawn_cli({"run", file, "--quiet", "--units", "u0"}, dir.file("out"), dir.file("err"));
-  EXPECT_NE(wait_exit_within(run, kPatience), 0);
-  EXPECT_NE(slurp(dir.file("err")).find("placement.policy adaptive"), std::string::npos) << slurp(dir.file("err"));
+      "pipeline: remote\n"
+      "placement: {policy: adaptive, interval_ms: 100, sustain_ms: 300, cooldown_ms: 500}\n"
+      "coordinator: " + ipc("c") + "\n"
+      "units:\n  - {id: u0, endpoint: " + ipc("u0") + ", threads: 2}\n"
+      "  - {id: u1, endpoint: " + ipc("u1") + ", threads: 1}\n"
+      "  - {id: u2, endpoint: " + ipc("u2") + ", threads: 1}\n"
+      "  - {id: u3, endpoint: " + ipc("u3") + ", threads: 1}\n"
+      "scenario:\n  - {at_s: 1.0, unit: u1, speed: 0.2}\n"
+      "stages:\n"
+      "  - {id: src, type: sim.source, params: {count: 0, streams: 8}, placement: {units: [u0]}}\n"
+      "  - {id: work, type: sim.work, key: stream, inputs: {in: src/out}, params: {service_us: 500},"
+      " placement: {units: [u1, u2, u3]}}\n"
+      "  - {id: sink, type: sim.sink, key: stream, replicas: {min: 1, max: 2}, inputs: {in: work/out},"
+      " placement: {units: [u2, u3], spread: true}}\n");
+  std::vector<pid_t> units;
+  for (const char* u : {"u1", "u2", "u3"}) {
+    units.push_back(spawn_cli({"unit", file, "--id", u}, dir.file(std::string(u) + ".out"), dir.file(std::string(u) + ".err")));
+  }
+  const int port = free_port();
+  const pid_t run = spawn_cli({"run", file, "--quiet", "--units", "u0", "--web", "127.0.0.1:" + std::to_string(port),
+                               "--report", dir.file("report.json")},
+                              dir.file("out"), dir.file("err"));
+  const auto logs = [&] {
+    return slurp(dir.file("err")) + slurp(dir.file("u1.err")) + slurp(dir.file("u2.err")) + slurp(dir.file("u3.err"));
+  };
+  // work leaves the slowed u1 for another process.
+  const std::string moved = http_get_until(port, "/api/v1/state", std::chrono::seconds(60), [](const std::string& b) {
+    const auto state = nlohmann::json::parse(b, nullptr, false);
+    const std::string unit = unit_of(state, "work", 0);
+    return !unit.empty() && unit != "u1";
+  });
+  ASSERT_FALSE(moved.empty()) << "work did not move off u1: " << logs();
+  const std::string sink0 = unit_of(nlohmann::json::parse(moved), "sink", 0);
+  const std::string other = sink0 == "u2" ? "u3" : "u2";
+  httplib::Client client("127.0.0.1", port);
+  auto added = client.Post(("/api/v1/stages/sink/replicas?add=" + other).c_str());
+  ASSERT_TRUE(added);
+  ASSERT_EQ(added->status, 200) << added->body;
+  // The policy gives the replica taking work keys (with their state).
+  const std::string keyed = http_get_until(port, "/api/v1/state", std::chrono::seconds(60), [](const std::string& b) {
+    const auto state = nlohmann::json::parse(b, nullptr, false);
+    if (!state.is_object() || !state.contains("moves")) return false;
+    for (const auto& m : state["moves"]) {
+      if (m.value("kind", "") == "keys" && m.value("stage", "") == "sink") return true;
+    }
+    return false;
+  });
+  EXPECT_FALSE(keyed.empty()) << "no keys went to sink/1: " << logs();
+  // Asked to go (unless the policy took it out already, which it may: the sink idles).
+  auto removed = client.Post("/api/v1/stages/sink/replicas?remove");
+  ASSERT_TRUE(removed);
+  if (removed->status != 200) {
+    EXPECT_NE(removed->body.find("fewest replicas"), std::string::npos) << removed->body;
+  }
+  EXPECT_FALSE(http_get_until(port, "/api/v1/state", std::chrono::seconds(60), [](const std::string& b) {
+                 return moves_of(nlohmann::json::parse(b, nullptr, false), "remove") >= 1;
+               }).empty())
+      << logs();
+  ::kill(run, SIGINT);
+  ASSERT_EQ(wait_exit_within(run, kPatience), 0) << logs();
+  for (pid_t u : units) EXPECT_NE(wait_exit_within(u, kPatience), -1) << logs();
+  const auto report = nlohmann::json::parse(slurp(dir.file("report.json")), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << logs();
+  EXPECT_TRUE(report["ok"].get<bool>()) << report["error"];
+  EXPECT_TRUE(report["failovers"].empty()) << report["failovers"];
+  ASSERT_GE(report["moves"].size(), 4u) << report["moves"];
+  const auto& first = report["moves"][0];
+  EXPECT_EQ(first["kind"], "move") << first;
+  EXPECT_EQ(first["stage"], "work") << first;
+  EXPECT_EQ(first["from"], "u1") << first;
+  bool added_there = false;
+  for (const auto& m : report["moves"]) {
+    if (m["kind"] == "add") {
+      EXPECT_EQ(m["to"], other) << m;
+      added_there = true;
+    }
+  }
+  EXPECT_TRUE(added_there) << report["moves"];
+  const auto& sink = report["stages"]["sink"]["counters"];
+  const std::int64_t received = sink["received"].get<std::int64_t>();
+  EXPECT_GT(received, 0);
+  EXPECT_EQ(sink.value("lost", 0), 0) << sink;
+  EXPECT_EQ(sink.value("duplicate", 0), 0) << sink;
+  EXPECT_EQ(sink.value("reordered", 0), 0) << sink;
+  EXPECT_EQ(report["stages"]["src"]["processed"].get<std::int64_t>(), received);
+  for (const auto& e : report["edges"]) {
+    EXPECT_EQ(e["sent"].get<std::uint64_t>(), e["delivered"].get<std::uint64_t>()) << e;
+    EXPECT_EQ(e["dropped"], 0) << e;
+  }
 }
 
 }  // namespace

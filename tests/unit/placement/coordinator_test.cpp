@@ -19,6 +19,7 @@
 #include "graph/graph.hpp"
 #include "placement/coordinator.hpp"
 #include "placement/static_placement.hpp"
+#include "runtime/snapshot_codec.hpp"
 #include "runtime/unit_protocol.hpp"
 
 namespace swarmflow::placement {
@@ -78,9 +79,17 @@ struct RecordedEffects : CoordinatorEffects {
     std::lock_guard<std::mutex> lock(mutex);
     aborts.push_back(message);
   }
+  void drained(int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    handovers.emplace_back(std::make_pair(node, replica), std::move(handover));
+  }
+  std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const runtime::ReplicaSnapshot>>> handovers;
 
   int sent_to(int unit, schema::ControlBody type) const {
     std::lock_guard<std::mutex> lock(mutex);
+    return sent_to_locked(unit, type);
+  }
+  int sent_to_locked(int unit, schema::ControlBody type) const {
     int n = 0;
     for (const auto& [u, t] : sent) n += u == unit && t == type ? 1 : 0;
     return n;
@@ -332,6 +341,108 @@ TEST_F(CoordinatorActor, ACheckThatComesLateIsSkippedOnceAsTheProcessMayHaveStal
   ASSERT_EQ(effects_.aborts.size(), 1U);
   EXPECT_NE(effects_.aborts[0].find("its work cannot be taken over"), std::string::npos) << effects_.aborts[0];
   EXPECT_TRUE(effects_.failovers.empty());
+}
+
+TEST_F(CoordinatorActor, AHandOverFromTheUnitOfADrainingReplicaGoesToThePlacerAndIsKeptForAFailover) {
+  // work/0 on u1 drains for a move (the placement in force says so).
+  auto draining = std::make_shared<runtime::RoutingTable>(*effects_.placed);
+  draining->epoch = 2;
+  draining->draining = {1, 0};
+  {
+    std::lock_guard<std::mutex> lock(effects_.mutex);
+    effects_.placed = draining;
+  }
+  runtime::ReplicaSnapshot handover;
+  handover.handover = true;
+  handover.state = "seq 41";
+  handover.processed = 41;
+  handover.keys = {{7, "key 7 at 12"}};
+  heartbeat("u1");
+  heartbeat("u2");
+  // From a unit that does not host it, or for a replica that is not draining: refused.
+  from("u2", runtime::encode_snapshot("u2", 2, 1, 0, handover));
+  from("u2", runtime::encode_snapshot("u2", 2, 1, 1, handover));
+  from("u1", runtime::encode_snapshot("u1", 2, 1, 0, handover));
+  check_at(0);
+  EXPECT_EQ(figures_->stale_messages.load(), 2U);
+  {
+    std::lock_guard<std::mutex> lock(effects_.mutex);
+    ASSERT_EQ(effects_.handovers.size(), 1U);
+    EXPECT_EQ(effects_.handovers[0].first, std::make_pair(1, 0));
+    ASSERT_TRUE(effects_.handovers[0].second);
+    EXPECT_EQ(effects_.handovers[0].second->state, "seq 41");
+    EXPECT_EQ(effects_.handovers[0].second->keys, handover.keys);
+    // Its successor runs on u2 (the placer's next placement).
+    auto moved = std::make_shared<runtime::RoutingTable>(*effects_.placed);
+    moved->epoch = 3;
+    moved->draining = {-1, -1};
+    moved->unit_of[1] = {2, 2};
+    effects_.placed = moved;
+  }
+  EXPECT_EQ(effects_.sent_to(1, schema::ControlBody::SnapshotStored), 0) << "a hand-over is not answered";
+  // u2 dies before the successor's first snapshot: work/0 starts on u1 from
+  // the hand-over's state.
+  for (std::int64_t t = 0; t <= 1500 * kMs; t += 5 * kMs) {
+    if (t % (25 * kMs) == 0) {
+      heartbeat("u1");
+      if (t <= 100 * kMs) heartbeat("u2");
+    }
+    check_at(t);
+  }
+  std::lock_guard<std::mutex> lock(effects_.mutex);
+  ASSERT_EQ(effects_.failovers.size(), 1U);
+  EXPECT_EQ(effects_.applied_unit_of[1], std::vector<int>({1, 1}));
+  EXPECT_EQ(effects_.sent_to_locked(1, schema::ControlBody::Restore), 1);
+}
+
+TEST_F(CoordinatorActor, APlacementPlanCarriesTheWholePlacementAndAnOutOfRangeOneIsRefused) {
+  runtime::RoutingTable t;
+  t.epoch = 9;
+  t.unit_of = {{0}, {2, 1}, {0}};
+  t.draining = {1, 1};
+  t.draining_keys = {3, 5};
+  t.draining_all_keys = true;
+  t.handovers = {runtime::RoutingTable::Handover{1, 0, 1, 7}};
+  t.active = {1, 1, 1};
+  t.ring = {1, 1, 1};
+  auto keys = std::make_shared<runtime::KeyMap>();
+  (*keys)[11] = 1;
+  (*keys)[12] = 0;
+  t.keys = {nullptr, keys, nullptr};
+  const auto decode = [&](const runtime::RoutingTable& table, runtime::RoutingTable* out) {
+    const auto message = runtime::plan_message(table);
+    const auto* c = transport::verify_control(message.data(), message.size(), transport::WireLimits{});
+    return c != nullptr && c->body_as_PlacementPlan() != nullptr &&
+           runtime::decode_placement(graph_, spec_.units.size(), *c->body_as_PlacementPlan(), out);
+  };
+  runtime::RoutingTable got;
+  ASSERT_TRUE(decode(t, &got));
+  EXPECT_EQ(got.epoch, 9U);
+  EXPECT_EQ(got.unit_of, t.unit_of);
+  EXPECT_EQ(got.draining, t.draining);
+  EXPECT_EQ(got.draining_keys, t.draining_keys);
+  EXPECT_TRUE(got.draining_all_keys);
+  ASSERT_EQ(got.handovers.size(), 1U);
+  EXPECT_TRUE(got.was_handed_over(1, 0) == false) << "taken up at epoch 7, not 9";
+  EXPECT_TRUE(got.drained_on(1, 0, 1));
+  EXPECT_EQ(got.active, t.active);
+  EXPECT_EQ(got.ring, t.ring);
+  ASSERT_TRUE(got.key_map(1));
+  EXPECT_EQ(*got.key_map(1), *keys);
+  EXPECT_FALSE(got.key_map(0));
+  // A key placed on a replica the stage does not have, or a hand-over from
+  // a unit the pipeline does not have, is not this pipeline's plan.
+  runtime::RoutingTable bad = t;
+  auto wrong = std::make_shared<runtime::KeyMap>(*keys);
+  (*wrong)[13] = 2;
+  bad.keys = {nullptr, wrong, nullptr};
+  EXPECT_FALSE(decode(bad, &got));
+  bad = t;
+  bad.handovers[0].from_unit = 3;
+  EXPECT_FALSE(decode(bad, &got));
+  bad = t;
+  bad.draining = {1, 2};
+  EXPECT_FALSE(decode(bad, &got));
 }
 
 }  // namespace

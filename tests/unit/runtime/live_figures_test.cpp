@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "runtime/live_figures.hpp"
 
 namespace swarmflow::runtime {
@@ -143,6 +145,23 @@ TEST(LiveFigures, AFencedUnitIsNotHeardForReplicasPlacedElsewhere) {
   // Its other replica is still its own.
   live.take(from(1, 7, {replica(0, 1, 3)}), {{2, 1}, {0}}, kEdges);
   EXPECT_EQ(live.replica_total(0, 1).processed, 3u);
+}
+
+TEST(LiveFigures, AReplicaThatDrainedOnAUnitForAMoveStillCountsWhatItDidThere) {
+  LiveFigures live;
+  live.take(from(1, 7, {replica(0, 0, 100)}, {side(0, 0, true, 100)}), {{1, 1}, {0}}, kEdges);
+  // Moved to unit 2 after a drain: unit 1's last figures, sent after the
+  // move, hold what it did until it drained, and count with unit 2's.
+  const std::vector<std::tuple<int, int, int>> drained{{0, 0, 1}};
+  live.take(from(1, 7, {replica(0, 0, 130)}, {side(0, 0, true, 130)}), {{2, 1}, {0}}, kEdges, drained);
+  live.take(from(2, 9, {replica(0, 0, 20)}, {side(0, 0, true, 20)}), {{2, 1}, {0}}, kEdges, drained);
+  EXPECT_EQ(live.replica_total(0, 0).processed, 150u);
+  EXPECT_EQ(live.edge_total(0, 0, true).sent, 150u);
+  // Without the drain it is a fenced unit, not heard.
+  LiveFigures fenced;
+  fenced.take(from(1, 7, {replica(0, 0, 100)}), {{1, 1}, {0}}, kEdges);
+  fenced.take(from(1, 7, {replica(0, 0, 130)}), {{2, 1}, {0}}, kEdges);
+  EXPECT_EQ(fenced.replica_total(0, 0).processed, 100u);
 }
 
 TEST(LiveFigures, EdgeSidesReplaceAndOutOfRangeIsIgnored) {
