@@ -102,6 +102,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::mutex watch_mutex;
   std::condition_variable watch_cv;
   bool watch_stopping = false;
+  bool plan_waiting = false;  ///< a newer plan came: the watch thread takes it up now
 
   ~Impl() override {
     if (placer) placer->stop();
@@ -526,7 +527,18 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       auto next = std::chrono::steady_clock::now() + period;
       bool skipped = false;
       std::unique_lock<std::mutex> lock(watch_mutex);
-      while (!watch_cv.wait_until(lock, next, [this] { return watch_stopping; })) {
+      while (true) {
+        watch_cv.wait_until(lock, next, [this] { return watch_stopping || plan_waiting; });
+        if (watch_stopping) break;
+        if (plan_waiting) {
+          // A plan came (a move or a failover): taken up at once, as a move
+          // waits for it; the failure check keeps its own period.
+          plan_waiting = false;
+          lock.unlock();
+          take_up_new_plan();
+          lock.lock();
+          if (std::chrono::steady_clock::now() < next) continue;
+        }
         const auto woke = std::chrono::steady_clock::now();
         const bool late = woke - next > std::max<std::chrono::steady_clock::duration>(period, std::chrono::milliseconds(20));
         next = woke + period;
@@ -622,6 +634,16 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       }
     }
     for (const auto& a : moved_out) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    if (!moved_out.empty() && !options.coordinator) {
+      // What the drained replicas did here, whole: this unit may have no
+      // replica left, and then sends no figures until the run ends.
+      for (std::size_t u = 0; u < local.size(); ++u) {
+        if (local[u] && run->transports[u]) {
+          run->transports[u]->send_control(
+              runtime::encode_unit_figures(*run, static_cast<int>(u), runtime::process_incarnation()));
+        }
+      }
+    }
     if (!fenced.empty()) {
       // This unit was declared dead while it was only paused, and its
       // replicas were placed elsewhere: they stop here, unfinished, and the
@@ -634,6 +656,12 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       if (!fresh.empty()) run->adopt_replicas(static_cast<int>(fresh.size()));
       if (!moved_out.empty()) run->release_replicas(static_cast<int>(moved_out.size()));
     }
+    swarmflow::log::debug("%s: placement epoch %u taken up%s", local_unit_names().c_str(), epoch,
+                          placed->draining.first >= 0
+                              ? (" (" + run->graph.nodes[static_cast<std::size_t>(placed->draining.first)].decl->id + "/" +
+                                 std::to_string(placed->draining.second) + " drains)")
+                                    .c_str()
+                              : "");
     if (moved_in > 0 || !moved_out.empty()) {
       swarmflow::log::info("%s: placement epoch %u: %d replica%s moved here, %zu moved away", local_unit_names().c_str(),
                            epoch, moved_in, moved_in == 1 ? "" : "s", moved_out.size());
@@ -805,6 +833,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
 
   // -- hosts ------------------------------------------------------------------
 
+  /// Messages an actor handles before yielding its thread (make_systems).
+  static constexpr std::size_t kMaxThroughput = 16;
+
   /// One actor system per unit hosted here.
   void make_systems() {
     const std::size_t units = run->spec.units.size();
@@ -818,6 +849,11 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       // short sleeps, which on small machines took CPU from the transport's
       // I/O thread (measured with swarmflow_bench_transport).
       caf_configs[u]->set("work-stealing.moderate-poll-attempts", std::size_t{0});
+      // An actor runs at most this many messages before the others waiting
+      // for its unit's threads get theirs (CAF's default lets one that is
+      // always fed keep a one-thread unit to itself: a replica beside it
+      // would wait for a drain mark, an ack or a placement for seconds).
+      caf_configs[u]->set("scheduler.max-throughput", kMaxThroughput);
       systems[u] = std::make_unique<caf::actor_system>(*caf_configs[u]);
     }
   }
@@ -896,6 +932,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
       const auto table = run->table();
       const int unit = table->unit(node, replica);
       if (unit == runtime::kLostUnit || !run->transports[static_cast<std::size_t>(unit)]) return;
+      swarmflow::log::debug("%s/%d drained at placement epoch %u: hand-over sent to the coordinator",
+                            run->graph.nodes[static_cast<std::size_t>(node)].decl->id.c_str(), replica, table->epoch);
       run->transports[static_cast<std::size_t>(unit)]->send_control(runtime::encode_snapshot(
           run->spec.units[static_cast<std::size_t>(unit)].id, table->epoch, node, replica, *handover));
     };
@@ -1002,6 +1040,13 @@ Status Runtime::start() {
     m.run->snapshots_with_coordinator = true;
     m.unit_side = std::make_shared<runtime::UnitSide>();
     m.unit_side->coordinator = std::make_unique<placement::FailureDetector>(m.run->spec.failure);
+    m.unit_side->on_plan = [impl = &m] {
+      {
+        std::lock_guard<std::mutex> lock(impl->watch_mutex);
+        impl->plan_waiting = true;
+      }
+      impl->watch_cv.notify_all();
+    };
   }
   m.make_systems();
   if (m.distributed && m.options.coordinator) {

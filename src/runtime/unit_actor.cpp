@@ -20,15 +20,6 @@ namespace {
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using figures_atom = caf::atom_constant<caf::atom("figures")>;
 
-/// This unit process, as the coordinator tells it from one started again
-/// with the same unit id: its pid and start time.
-std::uint64_t incarnation() {
-  static const std::uint64_t id = (static_cast<std::uint64_t>(::getpid()) << 40) ^
-                                  static_cast<std::uint64_t>(steady_now_ns() & ((std::int64_t{1} << 40) - 1)) ^
-                                  static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  return id == 0 ? 1 : id;
-}
-
 /// Every `interval_ms`, the utilisation of the unit's worker threads and per
 /// replica queue depth, service time, arrival rate and progress, as a
 /// LoadReport to the coordinator (a unit process) or straight into the run's
@@ -47,7 +38,7 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
   return {[=](figures_atom) {
             if (run->finished()) return;  // UnitDone carries the rest
             run->transports[static_cast<std::size_t>(unit)]->send_control(
-                encode_unit_figures(*run, unit, incarnation()));
+                encode_unit_figures(*run, unit, process_incarnation()));
             self->delayed_send(self, figures_interval, figures_atom::value);
           },
           [=](tick_atom) {
@@ -67,6 +58,13 @@ caf::behavior unit_actor(caf::event_based_actor* self, std::shared_ptr<RunState>
 }
 
 }  // namespace
+
+std::uint64_t process_incarnation() {
+  static const std::uint64_t id = (static_cast<std::uint64_t>(::getpid()) << 40) ^
+                                  static_cast<std::uint64_t>(steady_now_ns() & ((std::int64_t{1} << 40) - 1)) ^
+                                  static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return id == 0 ? 1 : id;
+}
 
 LoadReporter::LoadReporter(int unit, int threads) : unit_(unit), threads_(threads), last_ns_(steady_now_ns()) {}
 

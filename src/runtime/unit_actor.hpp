@@ -36,6 +36,10 @@ constexpr std::uint8_t kLoadKeyOverflow = 16;
 caf::actor spawn_unit_actor(caf::actor_system& system, std::shared_ptr<RunState> run, int unit, int threads,
                             bool remote_coordinator, int figures_ms = 0);
 
+/// This unit process, as the coordinator tells it from one started again
+/// with the same unit id: its pid and start time.
+std::uint64_t process_incarnation();
+
 /// Makes a unit's LoadReport: the utilisation of its worker threads since
 /// the last one, and per replica queue depth, service time, arrival rate,
 /// progress, busy time, inputs taken, flags and a keyed stage's time per key.

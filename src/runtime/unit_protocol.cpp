@@ -47,6 +47,7 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
         // A failover or a move: the failure watch takes it up.
         side.plans.push_back(plan);
         side.replan = true;
+        if (side.on_plan) side.on_plan();
       }
       side.plan = std::move(plan);
       side.has_plan = true;

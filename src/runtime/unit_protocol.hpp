@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,6 +40,9 @@ struct UnitSide {
   RoutingTable plan;
   /// Plans that came during the run, not yet taken up, oldest first.
   std::deque<RoutingTable> plans;
+  /// Called when such a plan comes (with `mutex` held): wakes whoever takes
+  /// plans up.
+  std::function<void()> on_plan;
   bool go = false;
   bool replan = false;  ///< a newer plan arrived during the run
   bool shutdown = false;

@@ -622,7 +622,11 @@ void Transport::on_control(ControlHandler handler) { impl_->control_handler = st
 void Transport::on_burst_end(std::function<void()> done) { impl_->burst_end = std::move(done); }
 void Transport::on_tick(std::function<void()> tick) { impl_->tick = std::move(tick); }
 
-void Transport::set_epoch(std::uint32_t epoch) { impl_->epoch.store(epoch); }
+void Transport::set_epoch(std::uint32_t epoch) {
+  impl_->epoch.store(epoch);
+  // What came early for this epoch is handed on at the next tick: now.
+  impl_->wake();
+}
 
 void Transport::send_control(flatbuffers::DetachedBuffer message) {
   bool was_empty = false;
