@@ -50,6 +50,9 @@ class LatencyHistogram {
   void add_bucket(int index, std::uint64_t count);
   /// Raises the recorded maximum to at least `ns`.
   void observe_max(std::int64_t ns) { max_ = ns > max_ ? ns : max_; }
+  /// The largest value bucket `index` holds (its upper edge), ns: the
+  /// maximum of a histogram rebuilt from buckets alone.
+  static std::int64_t bucket_edge_ns(int index) { return upper_edge(index); }
 
  private:
   static constexpr int kSubBits = 6;       // 64 linear sub-buckets per power of two

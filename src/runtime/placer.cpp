@@ -32,11 +32,18 @@ Buckets buckets_of(const metrics::LatencyHistogram& h) {
 /// The p99 of what was added between two readings of one histogram, ms; -1: nothing.
 double window_p99_ms(const Buckets& before, const Buckets& after) {
   metrics::LatencyHistogram window;
+  int top = -1;
   for (std::size_t i = 0; i < after.size(); ++i) {
     const std::uint64_t was = i < before.size() ? before[i] : 0;
-    if (after[i] > was) window.add_bucket(static_cast<int>(i), after[i] - was);
+    if (after[i] > was) {
+      window.add_bucket(static_cast<int>(i), after[i] - was);
+      top = static_cast<int>(i);
+    }
   }
   if (window.count() == 0) return -1;
+  // Buckets alone carry no maximum, which bounds every quantile: the upper
+  // edge of the highest one is the window's.
+  window.observe_max(metrics::LatencyHistogram::bucket_edge_ns(top));
   return static_cast<double>(window.quantile_ns(0.99)) / 1e6;
 }
 
