@@ -256,7 +256,10 @@ bool Rebalancer::key_move(const LoadView& view, std::int64_t now, Move* out) {
       busiest = std::max(busiest, load[r] / cap[r]);
     }
     const double mean = total_cap > 0 ? total / total_cap : 0;
-    const bool uneven = total > 0 && keys.size() > 1 && busiest > (1 + settings_.key_imbalance) * mean;
+    // Keys of a stage that is hardly busy stay: their moves would cost
+    // drains and win nothing.
+    const bool uneven = total > 0 && keys.size() > 1 && busiest > (1 + settings_.key_imbalance) * mean &&
+                        busiest >= kKeysBusyFloor;
     std::vector<std::pair<std::uint64_t, int>> changed;
     if (uneven) {
       // Largest first from scratch, and the fewest keys moved (each replica

@@ -13,6 +13,11 @@
 
 namespace swarmflow::placement {
 
+/// A keyed stage's keys move only while its busiest replica is at least
+/// this busy (load over its share of its unit's capacity): below it, the
+/// drains a reassignment costs win nothing.
+constexpr double kKeysBusyFloor = 0.25;
+
 /// The policy's knobs, from `placement:` in the pipeline file
 /// (docs/placement.md); `key_imbalance`, `scale_in_below` and
 /// `backlog_fraction` are fixed.
@@ -30,7 +35,8 @@ struct PolicySettings {
   /// move's effect first).
   std::int64_t cooldown_ns = 1'000'000'000;
   /// A keyed stage's keys are reassigned when its busiest replica carries
-  /// this much more than its share (0.25: 25% over).
+  /// this much more than its share (0.25: 25% over), and is at least
+  /// kKeysBusyFloor busy.
   double key_imbalance = 0.25;
   /// A stage with more than `replicas.min` replicas loses one when all of
   /// them stay less busy than this.
@@ -117,7 +123,7 @@ struct Move {
 ///    the two. Then, if no replica can move, a replica is added elsewhere
 ///    (up to `replicas.max`).
 /// 2. A keyed stage whose busiest replica (load over its share of its
-///    unit's capacity) is `key_imbalance` over the stage's mean for
+///    unit's capacity, at least kKeysBusyFloor) is `key_imbalance` over the stage's mean for
 ///    `sustain_ns`: its keys are reassigned by measured load, heaviest first
 ///    to the replica with the most room (largest-processing-time first), if
 ///    that cuts the busiest replica's load by `hysteresis`.
