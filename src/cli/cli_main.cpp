@@ -290,6 +290,9 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     views.scale = [&rt](const std::string& stage, bool add, const std::string& unit) {
       return (add ? rt.add_replica(stage, unit) : rt.remove_replica(stage)).message();
     };
+    views.move = [&rt](const std::string& stage, int replica, const std::string& unit) {
+      return rt.move_replica(stage, replica, unit).message();
+    };
     metrics = swarmflow::cli::MetricsServer::start("--metrics", args.metrics, std::move(views), &error);
     if (!metrics) {
       std::fprintf(stderr, "swarmflow: %s\n", error.c_str());
@@ -336,6 +339,9 @@ int cmd_run(const RunArgs& args, const StageSources& stages) {
     views.set_speed = [&rt](const std::string& unit, double speed) { return rt.set_unit_speed(unit, speed).message(); };
     views.scale = [&rt](const std::string& stage, bool add, const std::string& unit) {
       return (add ? rt.add_replica(stage, unit) : rt.remove_replica(stage)).message();
+    };
+    views.move = [&rt](const std::string& stage, int replica, const std::string& unit) {
+      return rt.move_replica(stage, replica, unit).message();
     };
     views.web = true;
     web = swarmflow::cli::MetricsServer::start("--web", args.web, std::move(views), &error);
@@ -655,10 +661,12 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   RunArgs unit_args;
   unit_args.coordinator = false;
   unit_args.progress = false;
-  std::string unit_id;
+  std::vector<std::string> unit_ids;
   auto* unit = app.add_subcommand("unit", "run one unit of a pipeline as its own process; it joins the coordinator");
   unit->add_option("file", unit_args.file, "pipeline definition (YAML)")->required()->type_name(kPipelineValue);
-  unit->add_option("--id", unit_id, "the unit to run, as listed in the file")->required();
+  unit->add_option("--id", unit_ids, "the unit to run, as listed in the file (or several: u1,u2)")
+      ->required()
+      ->delimiter(',');
   unit->add_option("--threads", unit_args.threads, "worker threads");
   unit->add_option("--report", unit_args.report, "write this unit's own figures as JSON to this file")
       ->type_name(kFileValue);
@@ -755,7 +763,7 @@ int cli_main(int argc, char** argv, const CliOptions& cli_options) {
   if (*run) return cmd_run(run_args, stages);
   if (*serve) return cmd_run(serve_args, stages);
   if (*unit) {
-    unit_args.units = {unit_id};
+    unit_args.units = unit_ids;
     return cmd_run(unit_args, stages);
   }
   if (*top) return swarmflow::cli::run_top(top_address, top_interval_s);

@@ -126,6 +126,29 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const std::string& flag, con
                       "application/json");
     });
   }
+  if (views.move) {
+    impl->server.Post(R"(/api/v1/stages/([^/]+)/replicas/([0-9]+))", [move = views.move](const httplib::Request& req,
+                                                                                         httplib::Response& res) {
+      const std::string stage = req.matches[1];
+      const std::string replica = req.matches[2];
+      std::string error;
+      if (!req.has_param("to") || req.get_param_value("to").empty()) {
+        error = "say where to as ?to=UNIT";
+      } else if (replica.size() > 6) {
+        error = "stage '" + stage + "' has no replica " + replica;
+      } else {
+        error = move(stage, std::stoi(replica), req.get_param_value("to"));
+      }
+      if (!error.empty()) {
+        res.status = 400;
+        res.set_content("{\"error\": " + nlohmann::json(error).dump() + "}\n", "application/json");
+        return;
+      }
+      res.set_content("{\"stage\": " + nlohmann::json(stage).dump() + ", \"replica\": " + replica +
+                          ", \"queued\": \"move\", \"to\": " + nlohmann::json(req.get_param_value("to")).dump() + "}\n",
+                      "application/json");
+    });
+  }
   if (views.web) {
     impl->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(web_view_page(), "text/html; charset=utf-8");

@@ -23,6 +23,10 @@ struct HttpViews {
   /// of a stage with `replicas: {min, max}` added or removed; returns an
   /// error message, empty when the change was queued.
   std::function<std::string(const std::string& stage, bool add, const std::string& unit)> scale;
+  /// POST /api/v1/stages/<stage>/replicas/<r>?to=UNIT: moves replica r to
+  /// unit UNIT (Runtime::move_replica); returns an error message, empty
+  /// when the move was queued.
+  std::function<std::string(const std::string& stage, int replica, const std::string& unit)> move;
   bool web = false;                      ///< / serves the web view (web_view.cpp)
   int events_ms = 1000;                  ///< /api/v1/events sends the state this often
 };

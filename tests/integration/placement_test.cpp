@@ -254,7 +254,7 @@ std::string unit_of(const nlohmann::json& state, const std::string& stage, int r
 // The same moves across processes: u0 (the coordinator's process, with the
 // source) and three unit processes u1, u2, u3 on ipc. `work` runs on u1,
 // which slows to a fifth a second in: the adaptive policy moves it to
-// another process. The stateful sink (sim.sink checks every stream's
+// another process; asked over HTTP, it moves to the third. The stateful sink (sim.sink checks every stream's
 // sequence, per stream) has a replica standing by, asked over HTTP to take
 // work on the unit where sink/0 is not: it moves there first (a drain with
 // nothing to drain), the policy gives it keys from sink/0 with their state
@@ -279,7 +279,7 @@ TEST(Placement, MovesAcrossThreeUnitProcessesLoseNothingAndKeysKeepTheirOrderAnd
       "  - {id: work, type: sim.work, key: stream, inputs: {in: src/out}, params: {service_us: 500},"
       " placement: {units: [u1, u2, u3]}}\n"
       "  - {id: sink, type: sim.sink, key: stream, replicas: {min: 1, max: 2}, inputs: {in: work/out},"
-      " placement: {units: [u2, u3], spread: true}}\n");
+      " params: {service_us: 300}, placement: {units: [u2, u3], spread: true}}\n");
   std::vector<pid_t> units;
   for (const char* u : {"u1", "u2", "u3"}) {
     units.push_back(spawn_cli({"unit", file, "--id", u}, dir.file(std::string(u) + ".out"), dir.file(std::string(u) + ".err")));
@@ -301,6 +301,24 @@ TEST(Placement, MovesAcrossThreeUnitProcessesLoseNothingAndKeysKeepTheirOrderAnd
   const std::string sink0 = unit_of(nlohmann::json::parse(moved), "sink", 0);
   const std::string other = sink0 == "u2" ? "u3" : "u2";
   httplib::Client client("127.0.0.1", port);
+  // Asked over HTTP: work/0 to the other unit process (refused with the
+  // reason for a unit or a replica the pipeline does not have).
+  const std::string work_at = unit_of(nlohmann::json::parse(moved), "work", 0);
+  const std::string work_to = work_at == "u2" ? "u3" : "u2";
+  auto nowhere = client.Post("/api/v1/stages/work/replicas/0?to=nope");
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 400);
+  EXPECT_NE(nowhere->body.find("no unit 'nope'"), std::string::npos) << nowhere->body;
+  auto no_replica = client.Post(("/api/v1/stages/work/replicas/5?to=" + work_to).c_str());
+  ASSERT_TRUE(no_replica);
+  EXPECT_EQ(no_replica->status, 400) << no_replica->body;
+  auto asked = client.Post(("/api/v1/stages/work/replicas/0?to=" + work_to).c_str());
+  ASSERT_TRUE(asked);
+  ASSERT_EQ(asked->status, 200) << asked->body;
+  EXPECT_FALSE(http_get_until(port, "/api/v1/state", std::chrono::seconds(60), [&](const std::string& b) {
+                 return unit_of(nlohmann::json::parse(b, nullptr, false), "work", 0) == work_to;
+               }).empty())
+      << "work/0 did not move to " << work_to << ": " << logs();
   auto added = client.Post(("/api/v1/stages/sink/replicas?add=" + other).c_str());
   ASSERT_TRUE(added);
   ASSERT_EQ(added->status, 200) << added->body;
@@ -336,6 +354,9 @@ TEST(Placement, MovesAcrossThreeUnitProcessesLoseNothingAndKeysKeepTheirOrderAnd
   EXPECT_EQ(first["kind"], "move") << first;
   EXPECT_EQ(first["stage"], "work") << first;
   EXPECT_EQ(first["from"], "u1") << first;
+  // The sinks' p99 around it, measured one interval after it completed.
+  ASSERT_TRUE(first["latency_p99_around_ms"].is_number()) << first;
+  EXPECT_GT(first["latency_p99_around_ms"].get<double>(), 0) << first;
   bool added_there = false;
   for (const auto& m : report["moves"]) {
     if (m["kind"] == "add") {
