@@ -408,7 +408,16 @@ metrics::LatencyHistogram Placer::sink_latency() const {
   return all;
 }
 
-void Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh) {
+bool Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh) {
+  // One placement an epoch: a failover's (the coordinator's) may have come
+  // first, and this one was made from the placement before it.
+  std::lock_guard<std::mutex> guard(run_->publish_mutex);
+  if (run_->table()->epoch + 1 != table->epoch) {
+    for (const auto& a : fresh) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    swarmflow::log::warn("placement: epoch %u was taken up first (a failover): this move's placement is dropped",
+                         run_->table()->epoch);
+    return false;
+  }
   std::shared_ptr<const RoutingTable> published = std::move(table);
   for (const auto& actors : published->actors) {
     for (const auto& a : actors) {
@@ -421,6 +430,7 @@ void Placer::publish(std::shared_ptr<RoutingTable> table, const std::vector<caf:
   if (hooks_.set_epoch) hooks_.set_epoch(published->epoch);
   if (hooks_.send_plan) hooks_.send_plan(*published);
   for (const auto& a : fresh) caf::anon_send(a, start_atom::value);
+  return true;
 }
 
 void Placer::begin(placement::Move move, std::int64_t now) {
@@ -472,7 +482,11 @@ void Placer::begin(placement::Move move, std::int64_t now) {
   pending_->started_ns = now;
   pending_->sink_buckets_before = buckets_of(sink_latency());
   pending_->step = std::move(step);
-  publish(std::move(table), {});
+  if (!publish(std::move(table), {})) {
+    pending_.reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++completed_;
+  }
 }
 
 void Placer::change_serving(const Step& step, RoutingTable& table) const {
@@ -509,8 +523,7 @@ void Placer::add_in_place(const Step& step, std::int64_t now) {
   const int unit = current->unit(step.node, step.replica);
   const std::uint32_t epoch = table->epoch;
   const auto before = buckets_of(sink_latency());
-  publish(std::move(table), {});
-  record(step, unit, unit, epoch, now, now, before);
+  if (publish(std::move(table), {})) record(step, unit, unit, epoch, now, now, before);
   std::lock_guard<std::mutex> lock(mutex_);
   ++completed_;
 }
@@ -605,9 +618,10 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   slot.resize(run_->graph.nodes[static_cast<std::size_t>(step.node)].decl->replicas);
   slot[static_cast<std::size_t>(step.replica)] = successor;
   const std::uint32_t epoch = table->epoch;
-  publish(std::move(table), successor ? std::vector<caf::actor>{successor} : std::vector<caf::actor>{});
-  if (old) caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
-  record(step, from, to, epoch, pending_->started_ns, now, pending_->sink_buckets_before);
+  if (publish(std::move(table), successor ? std::vector<caf::actor>{successor} : std::vector<caf::actor>{})) {
+    if (old) caf::anon_send_exit(old, caf::exit_reason::user_shutdown);
+    record(step, from, to, epoch, pending_->started_ns, now, pending_->sink_buckets_before);
+  }
   pending_.reset();
   std::lock_guard<std::mutex> lock(mutex_);
   ++completed_;
@@ -627,9 +641,12 @@ void Placer::record(const Step& step, int from, int to, std::uint32_t epoch, std
   m.epoch = epoch;
   m.drain_ms = static_cast<double>(now - started_ns) / 1e6;
   m.keys = step.keys.size();
-  if (!latency_before_.empty()) m.latency_p99_before_ms = window_p99_ms(latency_before_.back(), sink_buckets_before);
+  // Sinks in unit processes are heard every figures period: the windows
+  // then reach back, and on, that much further.
+  const std::int64_t interval_ns = static_cast<std::int64_t>(std::max(1, run_->spec.placement.interval_ms)) * 1'000'000;
+  if (!latency_before_.empty()) m.latency_p99_before_ms = window_p99_ms(latency_before_.front(), sink_buckets_before);
   latency_due_.push_back(LatencyDue{run_->move_count(), sink_buckets_before,
-                                    now + static_cast<std::int64_t>(std::max(1, run_->spec.placement.interval_ms)) * 1'000'000});
+                                    now + interval_ns + static_cast<std::int64_t>(hooks_.figures_lag_ms) * 1'000'000});
   swarmflow::log::info("placement: %s %s/%d %s -> %s (%s), drained in %.1f ms", m.kind.c_str(), m.stage.c_str(),
                        m.replica, m.from.c_str(), m.to.c_str(), m.why.c_str(), m.drain_ms);
   run_->record_move(std::move(m));
@@ -769,7 +786,11 @@ void Placer::loop() {
         it = latency_due_.erase(it);
       }
       latency_before_.push_back(buckets);
-      if (latency_before_.size() > 2) latency_before_.erase(latency_before_.begin());
+      // The oldest kept starts the interval before a move (and, with sinks
+      // heard every figures period, that much before it).
+      const std::size_t keep = 1 + static_cast<std::size_t>((hooks_.figures_lag_ms + run_->spec.placement.interval_ms - 1) /
+                                                            std::max(1, run_->spec.placement.interval_ms));
+      while (latency_before_.size() > keep) latency_before_.erase(latency_before_.begin());
       if (adaptive_ && !pending_) {
         bool idle = false;
         {

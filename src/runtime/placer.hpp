@@ -45,6 +45,9 @@ struct PlacerHooks {
   // A run with unit processes (null: every unit is in this process):
   /// Whether `unit` is in another process.
   std::function<bool(int unit)> remote;
+  /// How often unit processes send their figures (sinks' latency there), ms:
+  /// a move's latency windows reach that much further.
+  int figures_lag_ms = 0;
   /// Sends a placement to every unit process (after it is published here).
   std::function<void(const RoutingTable& table)> send_plan;
   /// Sends the state a replica placed on unit process `unit` starts from,
@@ -135,7 +138,10 @@ class Placer {
   /// Logs and reports a move made (the run's moves).
   void record(const Step& step, int from, int to, std::uint32_t epoch, std::int64_t started_ns, std::int64_t now,
               const std::vector<std::uint64_t>& sink_buckets_before);
-  void publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh);
+  /// Publishes `table` (epoch: the one in force + 1) here and to the unit
+  /// processes, then starts `fresh`; false, and `fresh` stopped, when
+  /// another placement took that epoch first (a failover).
+  bool publish(std::shared_ptr<RoutingTable> table, const std::vector<caf::actor>& fresh);
   /// Every host here, and every unit process with replicas, has taken up
   /// the placement in force.
   bool hosts_caught_up() const;

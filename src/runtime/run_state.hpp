@@ -108,6 +108,10 @@ struct RunState {
     }
     return nullptr;
   }
+  /// Held while a placement is made from the one in force and published
+  /// (the placer's moves and the coordinator's failovers): one placement an
+  /// epoch, sent to the unit processes in the order of their epochs.
+  std::mutex publish_mutex;
   /// The epoch of the published table: a host checks it at every message,
   /// and takes a newer table up before anything else.
   std::uint32_t epoch() const { return epoch_.load(std::memory_order_acquire); }

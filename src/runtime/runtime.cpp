@@ -452,14 +452,18 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   }
   void apply_placement(std::vector<std::vector<int>> unit_of, std::uint32_t epoch,
                        const placement::Snapshots& snapshots) override {
-    // A failover: the replicas that take work stay; keys go back to the hash ring.
+    // A failover: the replicas that take work stay; keys go back to the hash
+    // ring. A move's placement may have taken the epoch meanwhile: this one
+    // comes after it, and goes to the unit processes before any later one.
+    std::lock_guard<std::mutex> guard(run->publish_mutex);
     const auto before = run->table();
     runtime::RoutingTable placed;
-    placed.epoch = epoch;
+    placed.epoch = std::max(epoch, before->epoch + 1);
     placed.unit_of = std::move(unit_of);
     placed.active = before->active;
     placed.ring = before->ring;
     apply_placement(placed, &snapshots);
+    if (distributed) broadcast([&] { return runtime::plan_message(*run->table()); });
   }
   void drained(int node, int replica, std::shared_ptr<const runtime::ReplicaSnapshot> handover) override {
     if (run->on_drained) run->on_drained(node, replica, std::move(handover));
@@ -692,9 +696,23 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   /// only worker runs a long step could not send them).
   std::vector<std::unique_ptr<runtime::LoadReporter>> load_reporters;
   std::int64_t next_load_ns = 0;
+  std::int64_t next_figures_ns = 0;
   void report_load() {
     if (run->start_ns.load() == 0 || run->finished()) return;
     const std::int64_t now = steady_now_ns();
+    if (options.figures_ms > 0 && now >= next_figures_ns) {
+      // Its figures so far, for the coordinator's live views (UnitDone
+      // carries the rest at the end).
+      if (next_figures_ns != 0) {
+        for (std::size_t u = 0; u < local.size(); ++u) {
+          if (local[u] && run->transports[u]) {
+            run->transports[u]->send_control(
+                runtime::encode_unit_figures(*run, static_cast<int>(u), runtime::process_incarnation()));
+          }
+        }
+      }
+      next_figures_ns = now + static_cast<std::int64_t>(options.figures_ms) * 1'000'000;
+    }
     if (now < next_load_ns) return;
     next_load_ns = now + static_cast<std::int64_t>(std::max(1, run->spec.placement.interval_ms)) * 1'000'000;
     if (load_reporters.empty()) {
@@ -880,8 +898,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     if (!options.coordinator) run->reset_replicas(here);
     for (std::size_t u = 0; u < units; ++u) {
       if (!local[u]) continue;
+      // A unit process's figures go from its watch thread (report_load).
       unit_actors.push_back(runtime::spawn_unit_actor(*systems[u], run, static_cast<int>(u), thread_count(u),
-                                                     !options.coordinator, options.figures_ms));
+                                                     !options.coordinator, options.coordinator ? options.figures_ms : 0));
     }
   }
 
@@ -902,6 +921,7 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     hooks.threads = [this](int unit) { return thread_count(static_cast<std::size_t>(unit)); };
     if (distributed) {
       hooks.remote = [this](int unit) { return !local[static_cast<std::size_t>(unit)]; };
+      hooks.figures_lag_ms = std::max(0, options.figures_ms);
       hooks.send_plan = [this](const runtime::RoutingTable& table) {
         broadcast([&] { return runtime::plan_message(table); });
       };
