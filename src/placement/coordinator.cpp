@@ -46,6 +46,7 @@ struct State {
     leaving.assign(n, false);
     heard_epoch.assign(n, 0);
     unit_state.assign(n, std::nullopt);
+    unit_placement.assign(n, std::nullopt);
     left.assign(n, false);
     clock_offsets.assign(n, {0, false});
     for (std::size_t u = 0; u < n; ++u) {
@@ -72,6 +73,8 @@ struct State {
   std::vector<std::uint32_t> heard_epoch;
   /// The placement each unit runs by, from its UnitState (a takeover).
   std::vector<std::optional<std::pair<std::uint32_t, std::vector<std::vector<int>>>>> unit_state;
+  /// The same placements whole (replicas taking work, key maps, hand-overs).
+  std::vector<std::optional<runtime::RoutingTable>> unit_placement;
   std::vector<bool> left;  ///< asked to leave and handed its replicas over
   /// Every message from a unit is a heartbeat for its detector.
   std::unique_ptr<FailureDetectors> detectors;
@@ -228,6 +231,10 @@ struct State {
         if (m->running() && m->plan() != nullptr &&
             runtime::decode_plan(*setup.graph, spec().units.size(), *m->plan(), &plan)) {
           unit_state[i] = std::make_pair(m->plan()->epoch(), std::move(plan));
+          runtime::RoutingTable whole;
+          if (runtime::decode_placement(*setup.graph, spec().units.size(), *m->plan(), &whole)) {
+            unit_placement[i] = std::move(whole);
+          }
         }
         break;
       }
@@ -475,6 +482,7 @@ struct State {
     std::string missing_units;
     const std::vector<std::vector<int>>* plan = nullptr;
     std::uint32_t epoch = 0;
+    std::size_t newest = 0;
     for (std::size_t u = 0; u < setup.remote.size(); ++u) {
       if (!setup.remote[u]) continue;
       const auto& state = unit_state[u];
@@ -483,6 +491,7 @@ struct State {
       } else if (plan == nullptr || state->first > epoch) {
         epoch = state->first;
         plan = &state->second;
+        newest = u;
       }
     }
     if (!missing_units.empty() || plan == nullptr) {
@@ -501,7 +510,11 @@ struct State {
         }
       }
     }
-    effects().take_over(*plan, epoch);
+    if (unit_placement[newest] && unit_placement[newest]->epoch == epoch) {
+      effects().take_over_placement(*unit_placement[newest]);
+    } else {
+      effects().take_over(*plan, epoch);
+    }
     swarmflow::log::info("coordinator at %s: takes over the running pipeline at placement epoch %u",
                  spec().coordinator.c_str(), epoch);
     return {std::string(), false};

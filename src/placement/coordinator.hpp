@@ -57,6 +57,8 @@ struct CoordinatorEffects {
   /// Publishes the placement the units run by (this coordinator takes a
   /// running pipeline over).
   virtual void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) = 0;
+  /// The same with the whole placement (replicas taking work, key maps).
+  virtual void take_over_placement(const runtime::RoutingTable& placed) { take_over(placed.unit_of, placed.epoch); }
   virtual void record_load(int unit, double utilisation) = 0;
   /// A unit process's load report (every placement interval): its
   /// utilisation, and its replicas' figures for the placement policy.

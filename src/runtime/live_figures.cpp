@@ -86,7 +86,13 @@ void LiveFigures::take(const UnitFigures& f, const std::vector<std::vector<int>>
   const auto place = [&](auto& hosted, const auto& figures, int node, int replica) {
     for (std::size_t i = 0; i < hosted.hosts.size(); ++i) {
       auto& [host, kept] = hosted.hosts[i];
-      if (host.unit == f.unit && host.incarnation == incarnation) {
+      // One process keeps one replica's figures whichever of its units hosts
+      // it: a move between two of its units is the same host.
+      if (host.incarnation == incarnation && (host.unit == f.unit || incarnation != 0)) {
+        if (host.unit != f.unit) {
+          host.unit = f.unit;
+          host.carried = host.carried || carried_.count({node, replica, f.unit}) != 0;
+        }
         kept = figures;
         hosted.latest = i;
         return;

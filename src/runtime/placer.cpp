@@ -126,7 +126,9 @@ Placer::Placer(std::shared_ptr<RunState> run, PlacerHooks hooks, placement::Poli
       hooks_(std::move(hooks)),
       policy_(run_->spec, settings),
       settings_(settings),
-      adaptive_(adaptive) {}
+      adaptive_(adaptive) {
+  for (std::size_t u = 0; u < run_->spec.units.size(); ++u) remote_units_ = remote_units_ || remote(static_cast<int>(u));
+}
 
 Placer::~Placer() { stop(); }
 
@@ -326,13 +328,7 @@ std::vector<std::vector<ReplicaSample>> Placer::sample(std::int64_t now) const {
       const ReplicaStats& s = *run_->replica_stats[n][static_cast<std::size_t>(r)];
       ReplicaSample x;
       x.busy_ns = s.busy_until(now);
-      if (s.remote.load(std::memory_order_acquire)) {
-        x.arrivals = s.remote_arrivals.load(std::memory_order_relaxed);  // its unit process's last report
-      } else {
-        for (int e : node.in_edges) {
-          x.arrivals += run_->edge_in[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->delivered.load();
-        }
-      }
+      x.arrivals = taken_by(node.index, r);
       if (node.decl->keyed) {
         auto keys = s.keys();
         x.key_busy_ns = std::move(keys.busy_ns);
@@ -370,11 +366,45 @@ bool Placer::hosts_caught_up() const {
   // Unit processes say so (Ready); one gone has no replicas left after its
   // failover.
   for (std::size_t u = 0; u < run_->spec.units.size(); ++u) {
-    if (!remote(static_cast<int>(u)) || run_->remote_units[u]->gone.load()) continue;
+    // One gone or done answers no more plans (its replicas have finished).
+    if (!remote(static_cast<int>(u)) || !usable(static_cast<int>(u))) continue;
     if (table->replicas_on(static_cast<int>(u)) == 0) continue;
     if (run_->remote_units[u]->epoch.load() < table->epoch) return false;
   }
   return true;
+}
+
+std::uint64_t Placer::taken_by(int node, int replica) const {
+  const auto n = static_cast<std::size_t>(node);
+  const auto r = static_cast<std::size_t>(replica);
+  const ReplicaStats& s = *run_->replica_stats[n][r];
+  const int unit = run_->table()->unit(node, replica);
+  // Where its count comes from: this process's edge figures, or the load
+  // reports of the unit process that hosts it (each counts from where that
+  // process's count was).
+  int source = kLocalSource;
+  std::uint64_t value = 0;
+  if (remote(unit)) {
+    source = s.remote_unit.load(std::memory_order_acquire);
+    value = s.remote_arrivals.load(std::memory_order_relaxed);
+  } else {
+    for (int e : run_->graph.nodes[n].in_edges) {
+      const EdgeSideStats& in = *run_->edge_in[static_cast<std::size_t>(e)][r];
+      value += in.delivered.load(std::memory_order_relaxed) + in.refused.load(std::memory_order_relaxed);
+    }
+  }
+  if (taken_.size() <= n) taken_.resize(run_->graph.nodes.size());
+  if (taken_[n].size() <= r) taken_[n].resize(static_cast<std::size_t>(run_->graph.nodes[n].decl->replicas));
+  Taken& t = taken_[n][r];
+  if (source == kNoSource) return static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.offset + t.last[t.source]));
+  if (t.source != source) {
+    // Its new host counts on from where that host's count stood when it
+    // was seen last (0 if never): the total carries on.
+    t.offset += t.last[t.source] - t.last[source];
+    t.source = source;
+  }
+  t.last[source] = static_cast<std::int64_t>(value);
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.offset + static_cast<std::int64_t>(value)));
 }
 
 std::uint64_t Placer::in_flight_to(int node) const {
@@ -386,16 +416,8 @@ std::uint64_t Placer::in_flight_to(int node) const {
       const std::uint64_t offered = p->sent.load(std::memory_order_relaxed);
       sent += offered - std::min(offered, p->dropped.load(std::memory_order_relaxed));
     }
-    const auto& consumers = run_->edge_in[static_cast<std::size_t>(e)];
-    for (std::size_t r = 0; r < consumers.size(); ++r) {
-      const ReplicaStats& s = *run_->replica_stats[static_cast<std::size_t>(node)][r];
-      if (s.remote.load(std::memory_order_acquire)) continue;  // counted once below, from its load reports
-      taken += consumers[r]->delivered.load(std::memory_order_relaxed) + consumers[r]->refused.load(std::memory_order_relaxed);
-    }
   }
-  for (const auto& s : run_->replica_stats[static_cast<std::size_t>(node)]) {
-    if (s->remote.load(std::memory_order_acquire)) taken += s->remote_arrivals.load(std::memory_order_relaxed);
-  }
+  for (int r = 0; r < run_->graph.nodes[static_cast<std::size_t>(node)].decl->replicas; ++r) taken += taken_by(node, r);
   return sent > taken ? sent - taken : 0;
 }
 
@@ -537,7 +559,8 @@ void Placer::complete(std::shared_ptr<const ReplicaSnapshot> handover, std::int6
   table->draining_keys.clear();
   table->draining_all_keys = false;
   const int from = pending_->from_unit;
-  const int to = step.to_unit >= 0 ? step.to_unit : from;
+  // A target that finished or went meanwhile takes nothing: it stays.
+  const int to = step.to_unit >= 0 && usable(step.to_unit) ? step.to_unit : from;
   table->unit_of[static_cast<std::size_t>(step.node)][static_cast<std::size_t>(step.replica)] = to;
   auto& handovers = table->handovers;
   handovers.erase(std::remove_if(handovers.begin(), handovers.end(),
@@ -691,7 +714,7 @@ void Placer::loop() {
     if (!pending_ && !hosts_caught_up()) {
       // A move begins once every host has taken up the placement before it.
       lock.lock();
-      cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return stopping_; });
+      cv_.wait_for(lock, std::chrono::microseconds(remote_units_ ? 1000 : 200), [&] { return stopping_; });
       continue;
     }
     if (!pending_) {

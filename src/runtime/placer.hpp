@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -154,6 +155,9 @@ class Placer {
   bool runs(const RoutingTable& table, int node, int replica) const;
   /// Envelopes sent to `node` that none of its replicas has taken yet.
   std::uint64_t in_flight_to(int node) const;
+  /// Envelopes replica (node, replica) has taken from its inputs so far,
+  /// over all its hosts (placer thread).
+  std::uint64_t taken_by(int node, int replica) const;
   /// The sinks' latency histogram, merged.
   metrics::LatencyHistogram sink_latency() const;
 
@@ -180,6 +184,18 @@ class Placer {
 
   // The placer thread's own.
   std::unique_ptr<Pending> pending_;
+  bool remote_units_ = false;  ///< some unit is in another process
+  /// taken_by's count of a replica: the host it comes from (a unit process,
+  /// or kLocalSource: this process's figures; kNoSource: its unit process
+  /// has not reported yet), the last count seen from each, and what to add.
+  static constexpr int kLocalSource = -1;
+  static constexpr int kNoSource = -2;
+  struct Taken {
+    int source = kLocalSource;
+    std::int64_t offset = 0;
+    std::map<int, std::int64_t> last;
+  };
+  mutable std::vector<std::vector<Taken>> taken_;
   std::vector<std::vector<std::uint64_t>> latency_before_;  ///< sinks' buckets at the last intervals
   /// Moves whose latency around them is measured one interval after they completed.
   struct LatencyDue {

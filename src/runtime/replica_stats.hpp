@@ -82,9 +82,9 @@ struct ReplicaStats {
   std::atomic<std::uint32_t> epoch{0};
   /// In the coordinator's process, for a replica on a unit process: its
   /// figures above (busy time, queue, service time, flags, keys) are those
-  /// its unit's last load report gave, and these its inputs taken so far.
-  std::atomic<bool> remote{false};
+  /// its unit's last load report gave, and these its inputs taken there so far.
   std::atomic<std::uint64_t> remote_arrivals{0};
+  std::atomic<int> remote_unit{-2};  ///< the unit whose report those are (-2: none yet)
   void took_up(std::uint32_t e) {
     std::uint32_t was = epoch.load(std::memory_order_relaxed);
     while (was < e && !epoch.compare_exchange_weak(was, e, std::memory_order_release)) {

@@ -363,9 +363,13 @@ struct Runtime::Impl : placement::CoordinatorEffects {
         // them is enough for the detector, which expects one stream.
         const bool beats = !any_control;
         any_control = true;
-        t->on_control([weak, side, beats](const schema::Control& c) {
+        {
+          std::lock_guard<std::mutex> lock(side->mutex);
+          ++side->local_units;
+        }
+        t->on_control([weak, side, beats, u](const schema::Control& c) {
           auto r = weak.lock();
-          if (r) runtime::on_coordinator_message(*r, *side, c, beats);
+          if (r) runtime::on_coordinator_message(*r, *side, c, beats, static_cast<int>(u));
         });
       }
       Status s = t->start();
@@ -484,10 +488,21 @@ struct Runtime::Impl : placement::CoordinatorEffects {
     runtime::take_remote_load(*run, unit, report);
   }
   void take_over(std::vector<std::vector<int>> unit_of, std::uint32_t epoch) override {
-    auto table = std::make_shared<runtime::RoutingTable>();
-    table->epoch = epoch;
-    table->unit_of = std::move(unit_of);
+    runtime::RoutingTable placed;
+    placed.epoch = epoch;
+    placed.unit_of = std::move(unit_of);
+    take_over_placement(placed);
+  }
+  void take_over_placement(const runtime::RoutingTable& placed) override {
+    const std::uint32_t epoch = placed.epoch;
+    auto table = std::make_shared<runtime::RoutingTable>(placed);
+    table->actors.clear();
+    table->draining = {-1, -1};  // a move under way died with the coordinator before
+    table->draining_keys.clear();
+    table->draining_all_keys = false;
     run->publish(std::move(table));
+    // The units run by it: moves begin from it.
+    for (auto& u : run->remote_units) u->epoch.store(epoch);
     for (std::size_t u = 0; u < local.size(); ++u) {
       if (local[u] && run->transports[u]) run->transports[u]->set_epoch(epoch);
     }
@@ -621,12 +636,17 @@ struct Runtime::Impl : placement::CoordinatorEffects {
         const bool handed_over = placed->was_handed_over(node.index, r);
         // It drained for a move (a clean hand-over; its successor may stay
         // on the same unit, as when it gave keys away).
-        const bool succeeded = handed_over && before->is_draining(node.index, r);
+        // (One that had finished before it drained stays as it is.)
+        const bool succeeded =
+            handed_over && before->is_draining(node.index, r) &&
+            !(was == u && run->replica_stats[static_cast<std::size_t>(node.index)][static_cast<std::size_t>(r)]->finished.load());
         caf::actor& a = actors[static_cast<std::size_t>(r)];
         if ((was != u || succeeded) && a) {
           // Drained, or this unit was fenced after a failover.
           (succeeded ? moved_out : fenced).push_back(a);
-          if (succeeded && was != u) run->record_drained_on(node.index, r, was);
+          // Its figures stay in this process's (one host for the coordinator)
+          // when it moved to another unit here.
+          if (succeeded && was != u && !here) run->record_drained_on(node.index, r, was);
           a = caf::actor();
         }
         if (here && (was != u || succeeded)) {
@@ -698,7 +718,9 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::int64_t next_load_ns = 0;
   std::int64_t next_figures_ns = 0;
   void report_load() {
-    if (run->start_ns.load() == 0 || run->finished()) return;
+    // A unit process whose replicas all moved away still reports: more may
+    // be placed here.
+    if (run->start_ns.load() == 0 || (run->finished() && run->replicas_total() > 0)) return;
     const std::int64_t now = steady_now_ns();
     if (options.figures_ms > 0 && now >= next_figures_ns) {
       // Its figures so far, for the coordinator's live views (UnitDone

@@ -9,27 +9,45 @@ namespace swarmflow::runtime {
 
 namespace {
 
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<schema::KeyState>>> build_keys(
-    flatbuffers::FlatBufferBuilder& fbb, const KeyStates& keys) {
-  std::vector<flatbuffers::Offset<schema::KeyState>> out;
-  out.reserve(keys.size());
+struct KeyVectors {
+  flatbuffers::Offset<flatbuffers::Vector<std::uint64_t>> ids;
+  flatbuffers::Offset<flatbuffers::Vector<std::uint32_t>> sizes;
+  flatbuffers::Offset<flatbuffers::Vector<std::uint8_t>> bytes;
+};
+
+KeyVectors build_keys(flatbuffers::FlatBufferBuilder& fbb, const KeyStates& keys) {
+  std::vector<std::uint64_t> ids;
+  std::vector<std::uint32_t> sizes;
+  std::string bytes;
+  ids.reserve(keys.size());
+  sizes.reserve(keys.size());
   for (const auto& [key, state] : keys) {
-    out.push_back(schema::CreateKeyState(
-        fbb, key, fbb.CreateVector(reinterpret_cast<const std::uint8_t*>(state.data()), state.size())));
+    ids.push_back(key);
+    sizes.push_back(static_cast<std::uint32_t>(state.size()));
+    bytes += state;
   }
-  return fbb.CreateVector(out);
+  KeyVectors v;
+  v.ids = fbb.CreateVector(ids);
+  v.sizes = fbb.CreateVector(sizes);
+  v.bytes = fbb.CreateVector(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+  return v;
 }
 
-bool read_keys(const flatbuffers::Vector<flatbuffers::Offset<schema::KeyState>>* keys, KeyStates* out) {
-  if (keys == nullptr) return true;
-  out->reserve(keys->size());
-  for (const auto* k : *keys) {
-    if (k == nullptr) return false;
-    std::string state;
-    if (k->state() != nullptr) state.assign(reinterpret_cast<const char*>(k->state()->data()), k->state()->size());
-    out->emplace_back(k->key(), std::move(state));
+/// false when the sizes do not add up to the bytes, or the vectors differ in length.
+bool read_keys(const flatbuffers::Vector<std::uint64_t>* ids, const flatbuffers::Vector<std::uint32_t>* sizes,
+               const flatbuffers::Vector<std::uint8_t>* bytes, KeyStates* out) {
+  const std::size_t n = ids == nullptr ? 0 : ids->size();
+  if ((sizes == nullptr ? 0 : sizes->size()) != n) return false;
+  const std::size_t total = bytes == nullptr ? 0 : bytes->size();
+  std::size_t at = 0;
+  out->reserve(n);
+  for (flatbuffers::uoffset_t i = 0; i < n; ++i) {
+    const std::size_t size = sizes->Get(i);
+    if (size > total - at) return false;
+    out->emplace_back(ids->Get(i), std::string(reinterpret_cast<const char*>(bytes->data()) + at, size));
+    at += size;
   }
-  return true;
+  return at == total;
 }
 
 flatbuffers::Offset<schema::Snapshot> build_snapshot(flatbuffers::FlatBufferBuilder& fbb, const std::string& unit_id,
@@ -50,7 +68,8 @@ flatbuffers::Offset<schema::Snapshot> build_snapshot(flatbuffers::FlatBufferBuil
   const auto keys = build_keys(fbb, s.keys);
   return schema::CreateSnapshot(fbb, fbb.CreateString(unit_id), epoch, static_cast<std::uint32_t>(node),
                                 static_cast<std::uint32_t>(replica), s.id, state, s.processed,
-                                fbb.CreateVector(counters), fbb.CreateVector(seen), s.handover, s.finished, keys);
+                                fbb.CreateVector(counters), fbb.CreateVector(seen), s.handover, s.finished, keys.ids,
+                                keys.sizes, keys.bytes);
 }
 
 }  // namespace
@@ -74,7 +93,15 @@ transport::ControlBuffer encode_snapshot_stored(std::uint32_t epoch, int node, i
 
 transport::ControlBuffer encode_restore(std::uint32_t epoch, int node, int replica, const ReplicaSnapshot& snapshot) {
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    const auto body = build_snapshot(fbb, "", epoch, node, replica, snapshot);
+    // Keys given away go to their new owners (KeyStates), not to the successor.
+    ReplicaSnapshot without_keys;
+    const ReplicaSnapshot* sent = &snapshot;
+    if (!snapshot.keys.empty()) {
+      without_keys = snapshot;
+      without_keys.keys.clear();
+      sent = &without_keys;
+    }
+    const auto body = build_snapshot(fbb, "", epoch, node, replica, *sent);
     return std::make_pair(schema::ControlBody::Restore, schema::CreateRestore(fbb, epoch, body).Union());
   });
 }
@@ -110,24 +137,24 @@ bool decode_snapshot(const schema::Snapshot& m, ReplicaSnapshot* out) {
   }
   s.handover = m.handover();
   s.finished = m.finished();
-  if (!read_keys(m.keys(), &s.keys)) return false;
+  if (!read_keys(m.key_ids(), m.key_sizes(), m.key_bytes(), &s.keys)) return false;
   *out = std::move(s);
   return true;
 }
 
 transport::ControlBuffer encode_key_states(std::uint32_t epoch, int node, int replica, const KeyStates& keys) {
   return transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
-    const auto body = build_keys(fbb, keys);
+    const auto v = build_keys(fbb, keys);
     return std::make_pair(schema::ControlBody::KeyStates,
                           schema::CreateKeyStates(fbb, epoch, static_cast<std::uint32_t>(node),
-                                                  static_cast<std::uint32_t>(replica), body)
+                                                  static_cast<std::uint32_t>(replica), v.ids, v.sizes, v.bytes)
                               .Union());
   });
 }
 
 bool decode_key_states(const schema::KeyStates& m, KeyStates* out) {
   KeyStates keys;
-  if (!read_keys(m.keys(), &keys)) return false;
+  if (!read_keys(m.key_ids(), m.key_sizes(), m.key_bytes(), &keys)) return false;
   *out = std::move(keys);
   return true;
 }

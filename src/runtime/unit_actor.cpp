@@ -140,6 +140,7 @@ void take_remote_load(RunState& run, int unit, const schema::LoadReport& report)
     ReplicaStats& s = *run.replica_stats[n][i];
     s.busy_ns.store(r->busy_ns(), std::memory_order_relaxed);
     s.remote_arrivals.store(r->arrivals(), std::memory_order_relaxed);
+    s.remote_unit.store(unit, std::memory_order_release);
     s.queued.store(r->queue_depth(), std::memory_order_relaxed);
     s.service_ns.store(static_cast<std::int64_t>(r->service_ns()), std::memory_order_relaxed);
     const std::uint8_t flags = r->flags();
@@ -154,7 +155,6 @@ void take_remote_load(RunState& run, int unit, const schema::LoadReport& report)
       for (flatbuffers::uoffset_t k = 0; k < count; ++k) keys.busy_ns.emplace_back(r->key_ids()->Get(k), r->key_busy_ns()->Get(k));
     }
     s.publish_keys(std::move(keys));
-    s.remote.store(true, std::memory_order_release);
   }
 }
 

@@ -11,7 +11,7 @@
 
 namespace swarmflow::runtime {
 
-void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control& c, bool heartbeat) {
+void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control& c, bool heartbeat, int unit) {
   std::lock_guard<std::mutex> lock(side.mutex);
   if (heartbeat) side.coordinator->heartbeat(steady_now_ns());
   switch (c.body_type()) {
@@ -39,6 +39,13 @@ void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control
     case schema::ControlBody::PlacementPlan: {
       const auto* p = c.body_as_PlacementPlan();
       if (side.has_plan && p->epoch() <= side.epoch) break;
+      if (side.has_plan && side.local_units > 1) {
+        // Taken once it came on every unit's socket (see UnitSide::plan_from).
+        auto& from = side.plan_from[p->epoch()];
+        from.insert(unit);
+        if (static_cast<int>(from.size()) < side.local_units) break;
+        side.plan_from.erase(side.plan_from.begin(), side.plan_from.upper_bound(p->epoch()));
+      }
       RoutingTable plan;
       // Not this pipeline's plan: the coordinator runs another file.
       if (!decode_placement(run.graph, run.spec.units.size(), *p, &plan)) break;

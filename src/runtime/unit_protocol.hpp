@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,13 @@ struct UnitSide {
   RoutingTable plan;
   /// Plans that came during the run, not yet taken up, oldest first.
   std::deque<RoutingTable> plans;
+  /// Units hosted here, each with its own socket to the coordinator. A plan
+  /// comes on each; what was sent ahead of it to one unit (its Restore, its
+  /// KeyStates) is in only once the plan came on that unit's socket too, so
+  /// a plan is taken once it came on every one (`plan_from`: by epoch, the
+  /// units it came from).
+  int local_units = 0;
+  std::map<std::uint32_t, std::set<int>> plan_from;
   /// Called when such a plan comes (with `mutex` held): wakes whoever takes
   /// plans up.
   std::function<void()> on_plan;
@@ -62,9 +70,10 @@ struct UnitSide {
 };
 
 /// Takes a verified message from the coordinator into `side` (a unit
-/// process's transport thread calls it). `heartbeat`: it counts for the
-/// coordinator's detector (one unit of the process is enough).
-void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control& c, bool heartbeat);
+/// process's transport thread calls it), as unit `unit` of this process
+/// received it. `heartbeat`: it counts for the coordinator's detector (one
+/// unit of the process is enough).
+void on_coordinator_message(RunState& run, UnitSide& side, const schema::Control& c, bool heartbeat, int unit = 0);
 
 /// The index of unit `id` in the pipeline, or -1.
 int unit_index(const config::PipelineSpec& spec, const std::string& id);

@@ -445,5 +445,43 @@ TEST_F(CoordinatorActor, APlacementPlanCarriesTheWholePlacementAndAnOutOfRangeOn
   EXPECT_FALSE(decode(bad, &got));
 }
 
+TEST_F(CoordinatorActor, AHandOverOfManyKeysFitsTheControlLimitsAndABrokenOneIsRefused) {
+  runtime::ReplicaSnapshot handover;
+  handover.handover = true;
+  for (std::uint64_t k = 0; k < 20000; ++k) handover.keys.emplace_back(k, "state of " + std::to_string(k));
+  handover.keys.emplace_back(99999, "");
+  const auto message = runtime::encode_snapshot("u1", 2, 1, 0, handover);
+  const auto* c = transport::verify_control(message.data(), message.size(), transport::WireLimits{});
+  ASSERT_NE(c, nullptr) << "20001 keys with their state in one hand-over";
+  runtime::ReplicaSnapshot got;
+  ASSERT_TRUE(runtime::decode_snapshot(*c->body_as_Snapshot(), &got));
+  EXPECT_EQ(got.keys, handover.keys);
+  const auto keys = runtime::encode_key_states(3, 1, 1, handover.keys);
+  const auto* k = transport::verify_control(keys.data(), keys.size(), transport::WireLimits{});
+  ASSERT_NE(k, nullptr);
+  runtime::KeyStates states;
+  ASSERT_TRUE(runtime::decode_key_states(*k->body_as_KeyStates(), &states));
+  EXPECT_EQ(states, handover.keys);
+  // A successor's Restore carries the state, not the keys given away.
+  const auto restore = runtime::encode_restore(3, 1, 0, handover);
+  const auto* r = transport::verify_control(restore.data(), restore.size(), transport::WireLimits{});
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(runtime::decode_snapshot(*r->body_as_Restore()->snapshot(), &got));
+  EXPECT_TRUE(got.keys.empty());
+  // Sizes that do not add up to the bytes: refused.
+  const auto broken = transport::make_control([&](flatbuffers::FlatBufferBuilder& fbb) {
+    const std::vector<std::uint64_t> ids{1, 2};
+    const std::vector<std::uint32_t> sizes{3, 9};
+    const std::vector<std::uint8_t> bytes{1, 2, 3, 4};
+    return std::make_pair(schema::ControlBody::KeyStates,
+                          schema::CreateKeyStates(fbb, 3, 1, 1, fbb.CreateVector(ids), fbb.CreateVector(sizes),
+                                                  fbb.CreateVector(bytes))
+                              .Union());
+  });
+  const auto* b = transport::verify_control(broken.data(), broken.size(), transport::WireLimits{});
+  ASSERT_NE(b, nullptr);
+  EXPECT_FALSE(runtime::decode_key_states(*b->body_as_KeyStates(), &states));
+}
+
 }  // namespace
 }  // namespace swarmflow::placement

@@ -164,6 +164,16 @@ TEST(LiveFigures, AReplicaThatDrainedOnAUnitForAMoveStillCountsWhatItDidThere) {
   EXPECT_EQ(fenced.replica_total(0, 0).processed, 100u);
 }
 
+TEST(LiveFigures, AReplicaMovedBetweenTwoUnitsOfOneProcessIsOneHost) {
+  LiveFigures live;
+  live.take(from(1, 7, {replica(0, 0, 100)}, {side(0, 0, true, 100)}), {{1, 1}, {0}}, kEdges);
+  // Units 1 and 2 are in one process (incarnation 7), which keeps one
+  // replica's figures: unit 2 now says what it did on both.
+  live.take(from(2, 7, {replica(0, 0, 130)}, {side(0, 0, true, 130)}), {{2, 1}, {0}}, kEdges);
+  EXPECT_EQ(live.replica_total(0, 0).processed, 130u);
+  EXPECT_EQ(live.edge_total(0, 0, true).sent, 130u);
+}
+
 TEST(LiveFigures, EdgeSidesReplaceAndOutOfRangeIsIgnored) {
   LiveFigures live;
   Applied a;
