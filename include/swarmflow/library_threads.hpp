@@ -9,7 +9,7 @@
 /// sets the size it found back when the run ends. Why one: units already
 /// run stages side by side on their own worker threads, one per core, and a
 /// library's pool on top of them only competes with them for the same cores
-/// (docs/design.md, "Units").
+/// (docs/design.md, "OpenCV's threads in a unit").
 ///
 /// ```cpp
 /// swarmflow::register_library_threads(

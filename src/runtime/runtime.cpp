@@ -876,7 +876,8 @@ Status Runtime::subscribe(const std::string& stage_port, Subscriber subscriber) 
 namespace {
 /// Holds OpenCV's threads at the pipeline's `opencv: {threads}` (1 unless it
 /// says otherwise) for the run: the units' workers run its loops themselves,
-/// one per core, not a pool of its own beside them (docs/design.md, "Units").
+/// one per core, not a pool of its own beside them (docs/design.md, "OpenCV's
+/// threads in a unit").
 /// Without OpenCV in the process only a file that asks for it is refused.
 Status hold_opencv_threads(const config::PipelineSpec& spec, LibraryThreadsHold& hold) {
   const config::OpenCvDecl& cv = spec.opencv;

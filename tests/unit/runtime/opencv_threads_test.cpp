@@ -1,6 +1,6 @@
 // OpenCV's worker threads while a run lasts: one unless the pipeline's
 // `opencv: {threads}` says otherwise, and given back when the run ends
-// (docs/design.md, "Units"; docs/pipelines.md).
+// (docs/design.md, "OpenCV's threads in a unit"; docs/pipelines.md).
 
 #include <gtest/gtest.h>
 
