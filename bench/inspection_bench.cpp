@@ -337,8 +337,11 @@ std::string pipeline_yaml(const Options& o) {
                     "    queue: {capacity: 4, overflow: block}\n"
                     "    params: {calibration: \"" + o.calibration_path + "\"}\n"
                   : std::string();
+  // `auto`: OpenCV's threads as this process has them (--cv-threads), on
+  // both sides alike, not the one thread a pipeline runs it on by default.
   return "pipeline: bench_inspection\n"
          "units: 1\n"
+         "opencv: {threads: auto}\n"
          "stages:\n"
          "  - id: camera\n"
          "    type: video.source\n"

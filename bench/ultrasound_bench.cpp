@@ -15,7 +15,10 @@
 //
 //   plain      one thread, no framework: the functions of
 //              ultrasound_image.hpp, ultrasound_report.hpp and
-//              ultrasound_score.hpp in a loop.
+//              ultrasound_score.hpp in a loop, with OpenCV's threads as a
+//              program that does not set them has them (its default: a
+//              thread a core); and the same loop with OpenCV on one thread
+//              (`plain, 1 thread`). Ratios are given against both.
 //   swarmflow  video.source -> ultrasound.enhance -> ultrasound.segment
 //              (joined with the raw frame) ; video.source -> ultrasound.flow ;
 //              both -> ultrasound.report (joined) -> lm.detokenize -> a sink
@@ -29,7 +32,9 @@
 //              alone (`spread`: every edge between two units), and on 1
 //              unit; worker threads as `swarmflow run` gives them (the
 //              cores shared among the units: on 2 cores 1 thread for each
-//              of 4 units, 2 for 1 unit), or --unit-threads.
+//              of 4 units, 2 for 1 unit), or --unit-threads; OpenCV's
+//              threads as the pipeline's `opencv:` leaves them (one thread
+//              by default), or --cv-threads.
 //
 // Two measurements, never mixed:
 //   cost      unpaced (fps 0): CPU time of the process (all threads; less
@@ -85,8 +90,8 @@ struct Options {
   std::int64_t latency_n = 300; ///< frames of each latency run (at 30 fps)
   int repeat = 3;               ///< cost runs of each side; the median is reported
   std::string only;             ///< "cost" or "latency"
-  std::string side;             ///< cost runs of one side only: "plain", "4", "4z", "spread" or "1" (no ratio)
-  int cv_threads = -1;          ///< OpenCV's own worker threads (cv::setNumThreads); -1 = OpenCV's default
+  std::string side;             ///< cost runs of one side only: "plain", "plain1", "4", "4z", "spread" or "1" (no ratio)
+  int cv_threads = -1;          ///< the pipeline's `opencv: {threads}`; 0 = `auto`; -1 = not written (1)
   int unit_threads = 0;         ///< worker threads per unit (RuntimeOptions::threads); 0: as `swarmflow run`
   bool latency_zeromq = false;  ///< the latency run's units talk over the inproc transport
 };
@@ -99,10 +104,11 @@ bool parse(int argc, char** argv, Options& o) {
       integer_flag("--repeat", "R", o.repeat, "cost runs of each side, the median is reported (default 3)"),
       text_flag("--only", "WHAT", o.only, "run only `cost` or only `latency`"),
       text_flag("--side", "SIDE", o.side,
-                "cost runs of one side only, `plain`, `4`, `4z` (4 over zeromq), `spread` or `1`, for a profiler; "
-                "no ratio"),
+                "cost runs of one side only, `plain`, `plain1` (OpenCV on one thread), `4`, `4z` (4 over zeromq), "
+                "`spread` or `1`, for a profiler; no ratio"),
       integer_flag("--cv-threads", "T", o.cv_threads,
-                   "OpenCV's own worker threads on both sides (cv::setNumThreads); default: OpenCV's"),
+                   "the pipelines' `opencv: {threads: T}`, 0 for `auto` (OpenCV's default); default: not written "
+                   "(one thread). The plain loops run with OpenCV's default and with one thread, whatever T"),
       switch_flag("--latency-zeromq", o.latency_zeromq,
                 "the latency run's units talk over the inproc transport (in_process: zeromq), not directly"),
       integer_flag("--unit-threads", "T", o.unit_threads,
@@ -111,10 +117,11 @@ bool parse(int argc, char** argv, Options& o) {
   };
   if (!parse_flags(argc, argv, flags)) return false;
   if (o.n < 2 * kShortRun || o.latency_n < 4 || o.repeat <= 0 || (!o.only.empty() && o.only != "cost" && o.only != "latency") ||
-      (!o.side.empty() && o.side != "plain" && o.side != "4" && o.side != "4z" && o.side != "spread" && o.side != "1") || o.unit_threads < 0) {
+      (!o.side.empty() && o.side != "plain" && o.side != "plain1" && o.side != "4" && o.side != "4z" && o.side != "spread" && o.side != "1") || o.unit_threads < 0 ||
+      o.cv_threads < -1 || o.cv_threads > 256) {
     std::fprintf(stderr,
-                 "--n must be at least 8, --latency-n at least 4, --repeat positive, --only cost or latency, --side plain, 4, "
-                 "4z, spread or 1, --unit-threads not negative\n");
+                 "--n must be at least 8, --latency-n at least 4, --repeat positive, --only cost or latency, --side plain, "
+                 "plain1, 4, 4z, spread or 1, --unit-threads not negative, --cv-threads from 0 to 256\n");
     return false;
   }
   return true;
@@ -269,7 +276,7 @@ class LineCounter final : public swarmflow::Stage {
 /// placement (u0 the probe, the report and its lines, u1 enhance, u2
 /// segment, u3 flow); else the static policy's. `zeromq`: the units talk
 /// over the inproc transport, not directly as the example's do.
-std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned, bool zeromq) {
+std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned, bool zeromq, int cv_threads) {
   const std::string q = fps > 0 ? "    queue: {capacity: 4, overflow: drop_oldest}\n" : "    queue: {capacity: 4, overflow: block}\n";
   // Unpaced, every frame is reported whole: a join waits as long as a
   // loaded machine may stall (the example's 500 ms, paced).
@@ -280,7 +287,10 @@ std::string pipeline_yaml(std::int64_t n, double fps, int units, bool pinned, bo
   return "pipeline: bench_ultrasound\n"
          "units: " + std::to_string(units) + "\n"
          "placement: {policy: static, interval_ms: 250}\n"
-         "transport: {in_process: " + std::string(zeromq ? "zeromq" : "direct") + "}\n"
+         "transport: {in_process: " + std::string(zeromq ? "zeromq" : "direct") + "}\n" +
+         (cv_threads < 0 ? std::string()
+                         : "opencv: {threads: " + (cv_threads == 0 ? std::string("auto") : std::to_string(cv_threads)) +
+                               "}\n") +
          "stages:\n"
          "  - id: probe\n"
          "    type: video.source\n" + on("u0") +
@@ -319,7 +329,8 @@ std::int64_t counter(const swarmflow::StageReport* s, const char* name) {
   return it == s->counters.end() ? 0 : it->second;
 }
 
-Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int threads, bool zeromq = false) {
+Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int threads, int cv_threads,
+                     bool zeromq = false) {
   swarmflow::RuntimeOptions ro;
   ro.threads = threads;
   swarmflow::Runtime runtime(ro);
@@ -328,7 +339,7 @@ Result run_swarmflow(std::int64_t n, double fps, int units, bool pinned, int thr
   swarmflow::register_ultrasound_stages(runtime.registry());
   swarmflow::Status s = runtime.registry().add<LineCounter>("bench.lines", "counts the report's lines");
   std::vector<swarmflow::Diagnostic> diagnostics;
-  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units, pinned && units == 4, zeromq), "bench_ultrasound.yaml",
+  if (s.ok()) s = runtime.load_string(pipeline_yaml(n, fps, units, pinned && units == 4, zeromq, cv_threads), "bench_ultrasound.yaml",
                                          &diagnostics);
   if (!s.ok()) {
     std::fprintf(stderr, "the bench pipeline does not load: %s\n%s\n", s.message().c_str(),
@@ -373,10 +384,16 @@ Result median(std::vector<Result> runs) {
 int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) return 2;
-  if (o.cv_threads >= 0) cv::setNumThreads(o.cv_threads);
+  // OpenCV's threads as a program that never sets them has them; the
+  // runtime sets the pipeline's for each run and gives these back after.
+  const int cv_default = cv::getNumThreads();
   bool ok = true;
   std::printf("swarmflow ultrasound benchmark: synthetic probe (seed 1) at 640x480, enhance + segment + flow + "
               "report per frame\n");
+  std::printf("OpenCV's threads: plain loop %d (OpenCV's default), `plain, 1 thread` 1; swarmflow %s\n", cv_default,
+              o.cv_threads < 0    ? "1 (the pipelines leave `opencv:` at its default)"
+              : o.cv_threads == 0 ? "`opencv: {threads: auto}` (OpenCV's default)"
+                                  : ("`opencv: {threads: " + std::to_string(o.cv_threads) + "}`").c_str());
   if (o.only != "latency") {
     std::printf("\ncost, unpaced: each side %d times alternating, N=%lld frames and %d frames; per frame = the "
                 "difference over N-%d frames (start and stop apart), all in = the N-frame run; medians:\n",
@@ -387,18 +404,22 @@ int main(int argc, char** argv) {
       int units;
       bool pinned;
       bool zeromq;  ///< units talk over the inproc transport
+      int plain_cv_threads;  ///< the plain loop's OpenCV threads (-1: OpenCV's default)
       std::vector<Result> runs;
       std::vector<double> per_frame_s;  ///< CPU of the N-frame run less the short run's, over the frames between
       std::vector<double> fixed_s;      ///< the short run's CPU less its frames' share: start and stop
     };
-    std::vector<Side> sides = {{"plain", "plain OpenCV loop", 0, false, false, {}, {}, {}},
-                               {"4", "swarmflow, 4 units", 4, true, false, {}, {}, {}},
-                               {"4z", "4 units, zeromq", 4, true, true, {}, {}, {}},
-                               {"spread", "4 units, spread", 4, false, false, {}, {}, {}},
-                               {"1", "swarmflow, 1 unit", 1, false, false, {}, {}, {}}};
+    std::vector<Side> sides = {{"plain", "plain OpenCV loop", 0, false, false, -1, {}, {}, {}},
+                               {"plain1", "plain, 1 thread", 0, false, false, 1, {}, {}, {}},
+                               {"4", "swarmflow, 4 units", 4, true, false, -1, {}, {}, {}},
+                               {"4z", "4 units, zeromq", 4, true, true, -1, {}, {}, {}},
+                               {"spread", "4 units, spread", 4, false, false, -1, {}, {}, {}},
+                               {"1", "swarmflow, 1 unit", 1, false, false, -1, {}, {}, {}}};
     auto run = [&](const Side& side, std::int64_t frames) {
+      cv::setNumThreads(side.units == 0 && side.plain_cv_threads > 0 ? side.plain_cv_threads : cv_default);
       return side.units == 0 ? run_plain(frames, 0)
-                             : run_swarmflow(frames, 0, side.units, side.pinned, o.unit_threads, side.zeromq);
+                             : run_swarmflow(frames, 0, side.units, side.pinned, o.unit_threads, o.cv_threads,
+                                             side.zeromq);
     };
     for (int i = 0; i < o.repeat; ++i) {
       for (Side& side : sides) {
@@ -425,14 +446,22 @@ int main(int argc, char** argv) {
     const bool with_plain = !sides[0].runs.empty();
     const Result p = with_plain ? median(sides[0].runs) : Result{};
     const double p_frame = with_plain ? middle(sides[0].per_frame_s) : 0;
+    // The same loop with OpenCV on one thread: the other baseline.
+    const bool with_plain1 = !sides[1].runs.empty();
+    const Result p1 = with_plain1 ? median(sides[1].runs) : Result{};
+    const double p1_frame = with_plain1 ? middle(sides[1].per_frame_s) : 0;
     for (Side& side : sides) {
       if (side.runs.empty()) continue;
       const Result r = median(side.runs);
       const double frame = middle(side.per_frame_s);
       std::printf("  %-19s per frame cpu %6.2f ms", side.name, frame * 1e3);
-      if (with_plain) std::printf(" (x%.3f)", frame / p_frame);
+      if (with_plain) std::printf(" (x%.3f", frame / p_frame);
+      if (with_plain && with_plain1) std::printf("; x%.3f of 1 thread", frame / p1_frame);
+      if (with_plain) std::printf(")");
       std::printf(", start+stop %5.1f ms | all in: cpu %6.2f ms/frame", middle(side.fixed_s) * 1e3, r.cpu_s * 1e3 / n);
-      if (with_plain) std::printf(" (x%.3f)", r.cpu_s / p.cpu_s);
+      if (with_plain) std::printf(" (x%.3f", r.cpu_s / p.cpu_s);
+      if (with_plain && with_plain1) std::printf("; x%.3f", r.cpu_s / p1.cpu_s);
+      if (with_plain) std::printf(")");
       std::printf(", wall %6.2f", r.wall_s * 1e3 / n);
       if (with_plain) std::printf(" (x%.3f)", r.wall_s / p.wall_s);
       std::printf(" | %.1f messages through the transport a frame | facts %.3f, %lld lines, %lld tokens\n",
@@ -448,8 +477,9 @@ int main(int argc, char** argv) {
   if (o.only != "cost") {
     std::printf("\nlatency, paced at 30 fps, M=%lld frames, frame capture -> report line:\n",
                 static_cast<long long>(o.latency_n));
+    cv::setNumThreads(cv_default);
     const Result p = run_plain(o.latency_n, 30);
-    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads, o.latency_zeromq);
+    const Result a = run_swarmflow(o.latency_n, 30, 4, true, o.unit_threads, o.cv_threads, o.latency_zeromq);
     for (const Result* r : {&p, &a}) {
       if (!r->ok) {
         std::printf("  a run failed: %s\n", r->problem.c_str());

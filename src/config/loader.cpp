@@ -60,7 +60,8 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"pipeline",  "units",     "coordinator", "coordinator_key", "plugins",
                                            "stages",    "placement", "transport",   "failure",
-                                           "scenario"};
+                                           "scenario",  "opencv"};
+const std::vector<std::string> kOpenCvKeys = {"threads"};
 const std::vector<std::string> kScenarioKeys = {"at_s", "unit", "speed"};
 const std::vector<std::string> kTransportKeys = {"max_message_bytes", "high_water_mark", "linger_ms",
                                                  "pack_below_bytes", "in_process"};
@@ -512,6 +513,7 @@ class Loader {
     if (const Entry* e = entries->find("placement")) read_placement(*e);
     if (const Entry* e = entries->find("transport")) read_transport(*e);
     if (const Entry* e = entries->find("failure")) read_failure(*e);
+    if (const Entry* e = entries->find("opencv")) read_opencv(*e);
     if (const Entry* e = entries->find("scenario")) read_scenario(*e);
   }
 
@@ -1179,6 +1181,26 @@ class Loader {
                    "use `zeromq` (units of one process talk over inproc://, as a cluster's do) or `direct` "
                    "(straight to the replicas' actors)");
       }
+    }
+  }
+
+  /// `opencv: {threads: N | auto}`: OpenCV's worker threads during the run.
+  void read_opencv(const Entry& e) {
+    OpenCvDecl& cv = spec_.opencv;
+    cv.given = true;
+    cv.loc = e.key_loc();
+    auto entries = read_map(e.value, e.value_loc(), "'opencv'", kOpenCvKeys);
+    if (!entries) return;
+    const Entry* t = entries->find("threads");
+    if (t == nullptr) return;
+    cv.loc = t->value_loc();
+    const char* const hint =
+        "OpenCV's own worker threads in this process while the run lasts: 1 (the default: the units' "
+        "workers run its loops themselves) up to 256, or `auto` (OpenCV's default, a thread a core)";
+    if (t->value.IsScalar() && !is_quoted(t->value) && t->value.Scalar() == "auto") {
+      cv.threads = 0;
+    } else if (auto v = read_integer(*t, "'opencv.threads'", 1, 256, hint)) {
+      cv.threads = static_cast<int>(*v);
     }
   }
 

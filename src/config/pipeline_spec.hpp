@@ -126,6 +126,17 @@ struct TransportDecl {
   bool in_process_direct = false;
 };
 
+/// `opencv: {threads}`: OpenCV's own worker threads (its `parallel_for_`)
+/// while the run lasts, one setting of the whole process
+/// (swarmflow/library_threads.hpp, docs/pipelines.md).
+struct OpenCvDecl {
+  /// 1 by default: the units' workers run OpenCV's loops themselves. 0 =
+  /// `auto`: OpenCV's as the process has it (its default, a thread a core).
+  int threads = 1;
+  bool given = false;  ///< the file has `opencv:`
+  SourceLoc loc;       ///< of the `threads` value, or of `opencv:`
+};
+
 /// `failure:` block: heartbeats on the control plane and the phi-accrual
 /// failure detector that reads them (docs/design.md, "Failure detection").
 /// The coordinator watches every unit process with these settings, and each
@@ -161,6 +172,7 @@ struct PipelineSpec {
   std::vector<StageDecl> stages;
   PlacementDecl placement;
   TransportDecl transport;
+  OpenCvDecl opencv;
   FailureDecl failure;
   std::vector<ScenarioStep> scenario;  ///< in the order of the file
   std::string coordinator;      ///< endpoint, optional

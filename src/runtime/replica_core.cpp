@@ -231,11 +231,13 @@ void ReplicaCore::end_event() {
   if (finished_ && !left_) maybe_leave();
   const bool snapshot_owed = stateful_ && !source_ && snapshot_taken_ < next_ordinal_;
   if (!flush_scheduled_ && queue_.empty() && (owes_acks() || snapshot_owed)) {
-    if (last_step_ns_ >= kIdleFlushNs && !snapshot_owed) {
-      // Its last step took longer than the wait would: what it is fed comes
-      // slower still, so waiting to gather more acks would only hold its
-      // producers' credits back, and the timer costs two thread wake-ups
-      // (a frame stage: several a frame). It returns what it owes now.
+    if ((last_step_ns_ >= kIdleFlushNs || input_gap_ns_ >= kIdleFlushNs) && !snapshot_owed) {
+      // Its last step took longer than the wait would, or its inputs came
+      // further apart: what it is fed comes slower still, so waiting to
+      // gather more acks would only hold its producers' credits back, and
+      // the timer costs two thread wake-ups (a frame stage, or one fed a
+      // frame's results at a time: several a frame). It returns what it
+      // owes now.
       for (auto& in : in_) flush_acks(in, true);
     } else {
       flush_scheduled_ = true;
@@ -777,6 +779,8 @@ void ReplicaCore::enqueue(int edge, int from, Envelope&& e, std::int64_t now) {
 }
 
 void ReplicaCore::after_input(std::int64_t now) {
+  if (last_input_ns_ >= 0) input_gap_ns_ = now - last_input_ns_;
+  last_input_ns_ = now;
   drain(now);
   maybe_finish();
   end_event();

@@ -470,6 +470,8 @@ class ReplicaCore final : public StageContext {
   std::uint64_t steps_ = 0;
   HopSampler send_sampler_;
   std::int64_t last_step_ns_ = 0;  ///< how long the last step took (an idle replica's acks: end_event)  ///< picks the envelopes handed to the effects that carry a send time
+  std::int64_t last_input_ns_ = -1;  ///< when envelopes were last delivered
+  std::int64_t input_gap_ns_ = 0;    ///< the time between the last two deliveries (an idle replica's acks)
   std::atomic<std::int64_t>* duplicates_counter_ = nullptr;
   bool failed_ = false;
   bool source_done_ = false;

@@ -1,5 +1,6 @@
 #include <swarmflow/runtime.hpp>
 
+#include <swarmflow/library_threads.hpp>
 #include <swarmflow/log.hpp>
 
 #include <algorithm>
@@ -68,6 +69,8 @@ struct Runtime::Impl : placement::CoordinatorEffects {
   std::vector<std::unique_ptr<caf::actor_system_config>> caf_configs;
   std::vector<std::unique_ptr<caf::actor_system>> systems;
   std::vector<caf::actor> unit_actors;  ///< one per unit hosted here
+  /// OpenCV's threads as the pipeline asks, while the run lasts (hold_opencv_threads).
+  LibraryThreadsHold opencv_threads;
   /// What the unit processes said of their figures (the coordinator actor's thread only).
   runtime::LiveFigures live_figures;
   int instance = 0;
@@ -1051,6 +1054,25 @@ Status Runtime::subscribe(const std::string& stage_port, Subscriber subscriber) 
   return {};
 }
 
+namespace {
+/// Holds OpenCV's threads at the pipeline's `opencv: {threads}` (1 unless it
+/// says otherwise) for the run: the units' workers run its loops themselves,
+/// one per core, not a pool of its own beside them (docs/design.md, "OpenCV's
+/// threads in a unit").
+/// Without OpenCV in the process only a file that asks for it is refused.
+Status hold_opencv_threads(const config::PipelineSpec& spec, LibraryThreadsHold& hold) {
+  const config::OpenCvDecl& cv = spec.opencv;
+  if (cv.threads == 0 || (!cv.given && !library_threads_registered("opencv"))) return {};
+  if (Status s = hold.hold("opencv", cv.threads); !s.ok()) {
+    return Status::error(spec.file + ":" + std::to_string(cv.loc.line) + ":" + std::to_string(cv.loc.column) +
+                             ": 'opencv' is set, but " + s.message() +
+                             ": register a pack built on OpenCV (video, vision, ...), or remove `opencv:`",
+                         StatusCode::failed_precondition);
+  }
+  return {};
+}
+}  // namespace
+
 Status Runtime::start() {
   Impl& m = *impl_;
   if (!m.run) return Status::error("load a pipeline first", StatusCode::failed_precondition);
@@ -1067,6 +1089,7 @@ Status Runtime::start() {
   }
   swarmflow::log::set_units(m.log_units());
   auto fail = [&](Status s) {
+    m.opencv_threads.release();
     m.stop_failure_watch();
     m.stop_coordinator();
     m.stop_unit_actors();
@@ -1078,6 +1101,7 @@ Status Runtime::start() {
     return s;
   };
   if (Status s = m.prepare_security(); !s.ok()) return s;
+  if (Status s = hold_opencv_threads(m.run->spec, m.opencv_threads); !s.ok()) return s;
   if (!m.options.coordinator) {
     m.run->snapshots_with_coordinator = true;
     m.unit_side = std::make_shared<runtime::UnitSide>();
@@ -1391,6 +1415,7 @@ Status Runtime::wait() {
     m.run->publish(std::move(table));
   }
   m.systems.clear();
+  m.opencv_threads.release();
   m.waited = true;
   m.result = m.run->ok() ? Status() : Status::error(m.run->error());
   return m.result;

@@ -793,6 +793,48 @@ transport: {max_message_size: 8192}
   EXPECT_TRUE(contains(unknown.hint, "did you mean 'max_message_bytes'?")) << unknown.to_string();
 }
 
+TEST_F(LoaderTest, OpenCvThreadsAreOneUnlessTheFileSaysOtherwise) {
+  const std::string stages = "stages:\n  - {id: source, type: sim.source}\n";
+  auto defaults = load("pipeline: t\n" + stages);
+  ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(defaults->opencv.threads, 1);
+  EXPECT_FALSE(defaults->opencv.given);
+  auto two = load("pipeline: t\nopencv: {threads: 2}\n" + stages);
+  ASSERT_TRUE(two.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(two->opencv.threads, 2);
+  EXPECT_TRUE(two->opencv.given);
+  EXPECT_EQ(two->opencv.loc.line, 2);
+  EXPECT_EQ(two->opencv.loc.column, 19);
+  auto automatic = load("pipeline: t\nopencv: {threads: auto}\n" + stages);
+  ASSERT_TRUE(automatic.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(automatic->opencv.threads, 0);
+  auto empty = load("pipeline: t\nopencv: {}\n" + stages);
+  ASSERT_TRUE(empty.has_value()) << format_diagnostics(diagnostics_);
+  EXPECT_EQ(empty->opencv.threads, 1);
+  EXPECT_TRUE(empty->opencv.given);
+
+  load(R"(pipeline: t
+stages:
+  - {id: source, type: sim.source}
+opencv: {threads: 0}
+)");
+  ASSERT_EQ(diagnostics_.size(), 1U) << format_diagnostics(diagnostics_);
+  EXPECT_AT(diagnostics_[0], 4, 19);
+  EXPECT_TRUE(contains(diagnostics_[0].message, "'opencv.threads' must be between 1 and 256, got 0"))
+      << diagnostics_[0].to_string();
+  EXPECT_TRUE(contains(diagnostics_[0].hint, "`auto`")) << diagnostics_[0].to_string();
+  for (const char* bad : {"many", "\"auto\"", "2.5", "[1]"}) {
+    auto d = only_error("pipeline: t\nopencv:\n  threads: " + std::string(bad) + "\n" + stages);
+    EXPECT_AT(d, 3, 12);
+    EXPECT_TRUE(contains(d.message, "'opencv.threads' must be an integer")) << d.to_string();
+  }
+  auto unknown = only_error("pipeline: t\nopencv: {thread: 2}\n" + stages);
+  EXPECT_AT(unknown, 2, 10);
+  EXPECT_TRUE(contains(unknown.hint, "did you mean 'threads'?")) << unknown.to_string();
+  auto not_a_map = only_error("pipeline: t\nopencv: 2\n" + stages);
+  EXPECT_AT(not_a_map, 2, 9);
+}
+
 TEST_F(LoaderTest, FailureSettings) {
   auto defaults = load("pipeline: t\nstages:\n  - {id: source, type: sim.source}\n");
   ASSERT_TRUE(defaults.has_value()) << format_diagnostics(diagnostics_);

@@ -541,6 +541,39 @@ TEST(ReplicaCore, AnIdleReplicaWhoseStepsAreSlowReturnsWhatItOwesAtOnce) {
   EXPECT_EQ(h.effects.credits_returned(), 3);
 }
 
+TEST(ReplicaCore, AnIdleReplicaFedFurtherApartThanTheWaitReturnsWhatItOwesAtOnce) {
+  // Fast steps, but its inputs come 5 ms apart (one frame's results at a
+  // time): the wait would gather nothing more, so after the second
+  // delivery it returns what it owes with the step's end, no timer.
+  Harness h(chain("block"), "mid");
+  const int in = h.edge("src/out", "mid/in");
+  const int out = h.edge("mid/out", "sink/in");
+  h.core->start();
+  h.core->deliver(in, 0, blob(0));
+  ASSERT_EQ(h.effects.flushes.size(), 1U) << "no gap known yet: it waits";
+  h.core->tick(ReplicaCore::kFlush);
+  ASSERT_EQ(h.effects.acks.size(), 1U);
+  h.core->ack(out, 0, 1, 1, 0);
+  ASSERT_EQ(h.effects.flushes.size(), 2U);
+  h.core->tick(ReplicaCore::kFlush);
+  ASSERT_EQ(h.effects.acks.size(), 2U);
+  g_now += 5 * kMs;
+  h.core->deliver(in, 0, blob(1));
+  ASSERT_EQ(h.effects.acks.size(), 3U) << "returned with the step's end, not after a timer";
+  EXPECT_EQ(h.effects.acks[2].credits, 1);
+  EXPECT_EQ(h.effects.flushes.size(), 2U);
+  h.core->ack(out, 0, 1, 1, 0);
+  ASSERT_EQ(h.effects.acks.size(), 4U) << "the release follows the sink's ack at once";
+  EXPECT_EQ(h.effects.acks[3].released, 1);
+  EXPECT_EQ(h.effects.flushes.size(), 2U);
+
+  // Fed closer together than the wait, it gathers again.
+  g_now += ReplicaCore::kIdleFlushNs / 4;
+  h.core->deliver(in, 0, blob(2));
+  EXPECT_EQ(h.effects.acks.size(), 4U);
+  EXPECT_EQ(h.effects.flushes.size(), 3U);
+}
+
 TEST(ReplicaCore, DropOldestDropsAtTheProducerAndReleasesWhatItDropped) {
   Harness h(chain("drop_oldest"), "mid");
   const int in = h.edge("src/out", "mid/in");
