@@ -90,8 +90,8 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
   for (Kernel kernel : kernels_here()) {
     SCOPED_TRACE(kernel_name(kernel));
     // {heads, kv_heads, head_dim}: one head, grouped-query and plain attention.
-    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}}) {
-      for (int n : {1, 7, 40}) {
+    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}, {7, 7, 64}}) {
+      for (int n : {1, 7, 40, 100}) {
         const int stride = kv_heads * hd + 5;  // value rows with room after the heads
         const int kt_blocks = (n + 7) / 8 + 1;
         const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
@@ -133,6 +133,36 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
                 << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n << " positions, head " << h;
           }
         }
+      }
+    }
+  }
+}
+
+// The AVX-512 kernel's attention keeps more sums in flight than the AVX2
+// one (up to 12 blocks of scores, up to 6 heads of values at once), in the
+// same order: the same bits, so a model's logits do not depend on which of
+// the two runs.
+TEST(LmMatmul, AttentionOnTheAvx512KernelHasTheBitsOfTheAvx2One) {
+  if (!kernel_supported(Kernel::avx512)) GTEST_SKIP() << "this CPU does not run the avx512 kernel";
+  std::mt19937 rng(12);
+  // {heads, kv_heads, head_dim}: the shipped models' shapes, grouped-query
+  // attention, heads of 16 and 48, and more heads than are summed at once.
+  for (auto [heads, kv_heads, hd] : {std::tuple{4, 4, 32}, {6, 6, 64}, {8, 2, 64}, {3, 1, 16}, {13, 13, 48}}) {
+    for (int n : {1, 8, 9, 72, 97, 104, 200}) {
+      const int kt_blocks = (n + 7) / 8;
+      const std::ptrdiff_t capacity = kt_blocks * 8;
+      const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
+      const std::vector<float> kt = random_floats(static_cast<std::size_t>(kv_heads) * kt_blocks * hd * 8, rng);
+      const std::vector<float> v = random_floats(static_cast<std::size_t>(kv_heads) * capacity * hd, rng);
+      std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
+      std::vector<float> avx2(static_cast<std::size_t>(heads) * hd), avx512(avx2.size(), 1e30f);
+      attend(q.data(), kt.data(), kt_blocks, v.data(), hd, capacity * hd, n, heads, kv_heads, hd, 0.125f, scores.data(),
+             avx2.data(), Kernel::avx2);
+      attend(q.data(), kt.data(), kt_blocks, v.data(), hd, capacity * hd, n, heads, kv_heads, hd, 0.125f, scores.data(),
+             avx512.data(), Kernel::avx512);
+      for (std::size_t i = 0; i < avx2.size(); ++i) {
+        ASSERT_EQ(avx512[i], avx2[i]) << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n
+                                      << " positions, value " << i;
       }
     }
   }
