@@ -594,6 +594,52 @@ SWARMFLOW_LM_AVX512_FMA void attend_avx512(const float* q, const float* kt, int 
   }
 }
 
+// -- per-token arithmetic on the AVX-512 kernel ---------------------------
+// The scalar code's operations, lane by lane, so the same bits: the
+// compiler must not fuse a product and a sum into one multiply-add here
+// (the scalar code, built for any x86-64, has none to fuse them with).
+// (The maskz forms with every lane on are the plain intrinsics without GCC
+// 12's uninitialised-register warning.)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+SWARMFLOW_LM_AVX512 void rmsnorm_avx512(const float* x, const float* weight, int dim, float eps, float* out) {
+  __m512d part = _mm512_setzero_pd();  // lane k: the squares of x[i] with i = k mod 8
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    const __m512d v = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(x + i));
+    part = _mm512_add_pd(part, _mm512_mul_pd(v, v));
+  }
+  alignas(64) double p[8];
+  _mm512_store_pd(p, part);
+  for (; i < dim; ++i) p[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+  const __m512 s = _mm512_set1_ps(scale);
+  for (i = 0; i + 16 <= dim; i += 16) {
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), s), _mm512_loadu_ps(weight + i)));
+  }
+  for (; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+/// head_dim a multiple of 16: 8 pairs to a register.
+SWARMFLOW_LM_AVX512 void rotate_pairs_avx512(float* v, int heads, int hd, const float* cos, const float* sin) {
+  const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);  // pair i's lanes 2i, 2i+1
+  const __m512 sign = _mm512_set_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+  for (int i = 0; i < hd / 2; i += 8) {
+    const __m512 c = _mm512_maskz_permutexvar_ps(0xffff, twice, _mm512_maskz_loadu_ps(0xff, cos + i));
+    const __m512 s = _mm512_mul_ps(sign, _mm512_maskz_permutexvar_ps(0xffff, twice, _mm512_maskz_loadu_ps(0xff, sin + i)));
+    for (int h = 0; h < heads; ++h) {
+      float* at = v + static_cast<std::ptrdiff_t>(h) * hd + 2 * i;
+      const __m512 a = _mm512_loadu_ps(at);
+      const __m512 swapped = _mm512_maskz_permute_ps(0xffff, a, 0xB1);  // (b, a) in each pair
+      // lane 2i: a cos - b sin, as a cos + b (-sin); lane 2i+1: b cos + a sin
+      _mm512_storeu_ps(at, _mm512_add_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(swapped, s)));
+    }
+  }
+}
+#pragma GCC pop_options
+
 #endif
 
 }  // namespace
@@ -704,6 +750,42 @@ double sum_exp(const float* x, int n, float shift) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
   return sum;
+}
+
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx512) return rmsnorm_avx512(x, weight, dim, eps, out);
+#else
+  (void)kernel;
+#endif
+  // Eight independent sums, so that the squares are not one long chain of
+  // additions (the compiler keeps the order of a single one).
+  double part[8] = {};
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+  for (i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rotate_pairs(float* v, int heads, int head_dim, const float* cos, const float* sin, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx512 && head_dim % 16 == 0) return rotate_pairs_avx512(v, heads, head_dim, cos, sin);
+#else
+  (void)kernel;
+#endif
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* head = v + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float a = head[2 * i], b = head[2 * i + 1];
+      head[2 * i] = a * cos[i] - b * sin[i];
+      head[2 * i + 1] = a * sin[i] + b * cos[i];
+    }
+  }
 }
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {

@@ -168,6 +168,45 @@ TEST(LmMatmul, AttentionOnTheAvx512KernelHasTheBitsOfTheAvx2One) {
   }
 }
 
+// RMSNorm and the rotary embedding give every kernel the bits of the
+// plain formulas (the AVX-512 code fuses no multiply-add), so a model's
+// logits do not depend on which kernel runs them.
+TEST(LmMatmul, RmsNormAndRotaryEmbeddingHaveTheBitsOfThePlainFormulas) {
+  std::mt19937 rng(13);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (int dim : {384, 128, 100, 12, 7}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(dim), rng);
+      const std::vector<float> weight = random_floats(static_cast<std::size_t>(dim), rng);
+      double part[8] = {};
+      int i = 0;
+      for (; i + 8 <= dim; i += 8) {
+        for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+      }
+      for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+      const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + 1e-5f));
+      std::vector<float> out(static_cast<std::size_t>(dim));
+      rmsnorm(x.data(), weight.data(), dim, 1e-5f, out.data(), kernel);
+      for (i = 0; i < dim; ++i) ASSERT_EQ(out[i], x[i] * scale * weight[i]) << "dim " << dim << ", value " << i;
+    }
+    for (auto [heads, hd] : {std::pair{6, 64}, {4, 32}, {2, 16}, {3, 12}}) {
+      const std::vector<float> v = random_floats(static_cast<std::size_t>(heads) * hd, rng);
+      const std::vector<float> cs = random_floats(static_cast<std::size_t>(hd) / 2, rng);
+      const std::vector<float> sn = random_floats(static_cast<std::size_t>(hd) / 2, rng);
+      std::vector<float> got = v;
+      rotate_pairs(got.data(), heads, hd, cs.data(), sn.data(), kernel);
+      for (int h = 0; h < heads; ++h) {
+        for (int p = 0; p < hd / 2; ++p) {
+          const float a = v[static_cast<std::size_t>(h * hd + 2 * p)], b = v[static_cast<std::size_t>(h * hd + 2 * p + 1)];
+          ASSERT_EQ(got[static_cast<std::size_t>(h * hd + 2 * p)], a * cs[p] - b * sn[p]) << hd << ", head " << h << ", pair " << p;
+          ASSERT_EQ(got[static_cast<std::size_t>(h * hd + 2 * p + 1)], a * sn[p] + b * cs[p]) << hd << ", head " << h << ", pair " << p;
+        }
+      }
+    }
+  }
+}
+
 TEST(LmMatmul, SumExpIsTheSoftmaxNormaliserWithinFloatPrecision) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> logit(-30.0f, 12.0f);
