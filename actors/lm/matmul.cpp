@@ -11,6 +11,7 @@
 #define SWARMFLOW_LM_X86 1
 #define SWARMFLOW_LM_AVX2 __attribute__((target("avx2,fma")))
 #define SWARMFLOW_LM_AVX512 __attribute__((target("avx512f")))
+#define SWARMFLOW_LM_AVX512_FMA __attribute__((target("avx512f,avx2,fma")))
 #define SWARMFLOW_LM_SSE2 __attribute__((target("sse2")))
 #endif
 
@@ -460,6 +461,185 @@ SWARMFLOW_LM_AVX2 void attend_avx2(const float* q, const float* kt, int kt_block
   }
 }
 
+// -- attention on the AVX-512 kernel ---------------------------------------
+// The same multiply-adds in the same order as the AVX2 code above, so the
+// same bits; only more of them are in flight at once. A token's attention
+// reads its own KV cache, which no batch shares and which comes from memory
+// when the batch's caches and the weights overflow the cache: with more
+// independent streams at once, more of those reads overlap.
+
+/// NB blocks of 8 positions of one head of HD dimensions (up to 12 blocks,
+/// 12 chains in flight instead of 4): as scores_avx2<NB>, with the blocks'
+/// offsets known at compile time.
+template <int NB, int HD>
+SWARMFLOW_LM_AVX512_FMA void scores_wide(const float* q, const float* kt, float scale, float* out) {
+  constexpr std::ptrdiff_t block = static_cast<std::ptrdiff_t>(HD) * 8;
+  __m256 acc[NB];
+#pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) acc[b] = _mm256_mul_ps(_mm256_set1_ps(q[0]), _mm256_loadu_ps(kt + b * block));
+  for (int i = 1; i < HD; ++i) {
+    const __m256 qi = _mm256_set1_ps(q[i]);
+    const float* ki = kt + static_cast<std::ptrdiff_t>(i) * 8;
+#pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(ki + b * block), acc[b]);
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) _mm256_storeu_ps(out + 8 * b, _mm256_mul_ps(acc[b], _mm256_set1_ps(scale)));
+}
+
+template <int HD>
+SWARMFLOW_LM_AVX512_FMA void scores_wide_n(int nb, const float* q, const float* kt, float scale, float* out) {
+  switch (nb) {
+    case 12: return scores_wide<12, HD>(q, kt, scale, out);
+    case 11: return scores_wide<11, HD>(q, kt, scale, out);
+    case 10: return scores_wide<10, HD>(q, kt, scale, out);
+    case 9: return scores_wide<9, HD>(q, kt, scale, out);
+    case 8: return scores_wide<8, HD>(q, kt, scale, out);
+    case 7: return scores_wide<7, HD>(q, kt, scale, out);
+    case 6: return scores_wide<6, HD>(q, kt, scale, out);
+    case 5: return scores_wide<5, HD>(q, kt, scale, out);
+    case 4: return scores_wide<4, HD>(q, kt, scale, out);
+    case 3: return scores_wide<3, HD>(q, kt, scale, out);
+    case 2: return scores_wide<2, HD>(q, kt, scale, out);
+    default: return scores_wide<1, HD>(q, kt, scale, out);
+  }
+}
+
+/// out[h] = sum over j < n of scores[h][j] v_j for NH heads of NV zmm
+/// vectors (head_dim = 16 NV) from h0: as values_avx2, up to 6 heads (6
+/// streams of values) at a time, their sums in 24 registers.
+template <int NH, int NV>
+SWARMFLOW_LM_AVX512_FMA void values_avx512(const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                       std::ptrdiff_t vh_stride, int n, int h0, int group, float* out) {
+  __m512 acc[NH][NV];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) acc[h][c] = _mm512_setzero_ps();
+  }
+  const float* vh[NH];
+  const float* sh[NH];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    vh[h] = v + ((h0 + h) / group) * vh_stride;
+    sh[h] = scores + static_cast<std::ptrdiff_t>(h0 + h) * kt_blocks * 8;
+  }
+  for (int j = 0; j < n; ++j) {
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) {
+      const __m512 a = _mm512_set1_ps(sh[h][j]);
+      const float* vj = vh[h] + j * vs;
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) acc[h][c] = _mm512_fmadd_ps(a, _mm512_loadu_ps(vj + 16 * c), acc[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) _mm512_storeu_ps(out + (h0 + h) * NV * 16 + 16 * c, acc[h][c]);
+  }
+}
+
+template <int NV>
+SWARMFLOW_LM_AVX512_FMA void values_avx512_n(int nh, const float* scores, int kt_blocks, const float* v, std::ptrdiff_t vs,
+                                         std::ptrdiff_t vh_stride, int n, int h0, int group, float* out) {
+  switch (nh) {
+    case 1: return values_avx512<1, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+    case 2: return values_avx512<2, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+    case 3: return values_avx512<3, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+    case 4: return values_avx512<4, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+    case 5: return values_avx512<5, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+    default: return values_avx512<6, NV>(scores, kt_blocks, v, vs, vh_stride, n, h0, group, out);
+  }
+}
+
+/// Attention with head_dim 16, 32, 48 or 64, on the AVX-512 kernel.
+SWARMFLOW_LM_AVX512_FMA void attend_avx512(const float* q, const float* kt, int kt_blocks, const float* v,
+                                       std::ptrdiff_t vs, std::ptrdiff_t vh_stride, int n, int heads, int group,
+                                       int hd, float scale, float* scores, float* out) {
+  const int blocks = (n + 7) / 8;  // the lanes past n read the cache's padding and are not used
+  const std::ptrdiff_t block = static_cast<std::ptrdiff_t>(hd) * 8;
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q + h * hd;
+    const float* kh = kt + static_cast<std::ptrdiff_t>(h / group) * kt_blocks * block;
+    float* sh = scores + static_cast<std::ptrdiff_t>(h) * kt_blocks * 8;
+    if (hd == 64) {
+      // Runs of at most 12 blocks, of nearly equal length (13: 7 + 6, not 12 + 1).
+      const int runs = (blocks + 11) / 12;
+      for (int r = 0, b = 0; r < runs; ++r) {
+        const int nb = (blocks - b + (runs - r) - 1) / (runs - r);
+        scores_wide_n<64>(nb, qh, kh + b * block, scale, sh + 8 * b);
+        b += nb;
+      }
+    } else {
+      int b = 0;
+      for (; b + 4 <= blocks; b += 4) scores_avx2<4>(qh, kh + b * block, hd, scale, sh + 8 * b);
+      switch (blocks - b) {
+        case 3: scores_avx2<3>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+        case 2: scores_avx2<2>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+        case 1: scores_avx2<1>(qh, kh + b * block, hd, scale, sh + 8 * b); break;
+        default: break;
+      }
+    }
+    softmax_avx2(sh, n);
+  }
+  for (int h = 0; h < heads; h += 6) {  // heads of 16 to 64: up to 6 at a time, in 24 registers
+    const int nh = std::min(6, heads - h);
+    switch (hd / 16) {
+      case 1: values_avx512_n<1>(nh, scores, kt_blocks, v, vs, vh_stride, n, h, group, out); break;
+      case 2: values_avx512_n<2>(nh, scores, kt_blocks, v, vs, vh_stride, n, h, group, out); break;
+      case 3: values_avx512_n<3>(nh, scores, kt_blocks, v, vs, vh_stride, n, h, group, out); break;
+      default: values_avx512_n<4>(nh, scores, kt_blocks, v, vs, vh_stride, n, h, group, out); break;
+    }
+  }
+}
+
+// -- per-token arithmetic on the AVX-512 kernel ---------------------------
+// The scalar code's operations, lane by lane, so the same bits: the
+// compiler must not fuse a product and a sum into one multiply-add here
+// (the scalar code, built for any x86-64, has none to fuse them with).
+// (The maskz forms with every lane on are the plain intrinsics without GCC
+// 12's uninitialised-register warning.)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+SWARMFLOW_LM_AVX512 void rmsnorm_avx512(const float* x, const float* weight, int dim, float eps, float* out) {
+  __m512d part = _mm512_setzero_pd();  // lane k: the squares of x[i] with i = k mod 8
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    const __m512d v = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(x + i));
+    part = _mm512_add_pd(part, _mm512_mul_pd(v, v));
+  }
+  alignas(64) double p[8];
+  _mm512_store_pd(p, part);
+  for (; i < dim; ++i) p[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+  const __m512 s = _mm512_set1_ps(scale);
+  for (i = 0; i + 16 <= dim; i += 16) {
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), s), _mm512_loadu_ps(weight + i)));
+  }
+  for (; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+/// head_dim a multiple of 16: 8 pairs to a register.
+SWARMFLOW_LM_AVX512 void rotate_pairs_avx512(float* v, int heads, int hd, const float* cos, const float* sin) {
+  const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);  // pair i's lanes 2i, 2i+1
+  const __m512 sign = _mm512_set_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+  for (int i = 0; i < hd / 2; i += 8) {
+    const __m512 c = _mm512_maskz_permutexvar_ps(0xffff, twice, _mm512_maskz_loadu_ps(0xff, cos + i));
+    const __m512 s = _mm512_mul_ps(sign, _mm512_maskz_permutexvar_ps(0xffff, twice, _mm512_maskz_loadu_ps(0xff, sin + i)));
+    for (int h = 0; h < heads; ++h) {
+      float* at = v + static_cast<std::ptrdiff_t>(h) * hd + 2 * i;
+      const __m512 a = _mm512_loadu_ps(at);
+      const __m512 swapped = _mm512_maskz_permute_ps(0xffff, a, 0xB1);  // (b, a) in each pair
+      // lane 2i: a cos - b sin, as a cos + b (-sin); lane 2i+1: b cos + a sin
+      _mm512_storeu_ps(at, _mm512_add_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(swapped, s)));
+    }
+  }
+}
+#pragma GCC pop_options
+
 #endif
 
 }  // namespace
@@ -544,6 +724,9 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
     return;
   }
 #if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx512 && head_dim % 16 == 0 && head_dim <= 64) {
+    return attend_avx512(q, kt, kt_blocks, v, v_stride, v_head_stride, n, heads, group, head_dim, scale, scores, out);
+  }
   if ((kernel == Kernel::avx2 || kernel == Kernel::avx512) && head_dim % 8 == 0) {
     return attend_avx2(q, kt, kt_blocks, v, v_stride, v_head_stride, n, heads, group, head_dim, scale, scores, out);
   }
@@ -567,6 +750,42 @@ double sum_exp(const float* x, int n, float shift) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - shift);
   return sum;
+}
+
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx512) return rmsnorm_avx512(x, weight, dim, eps, out);
+#else
+  (void)kernel;
+#endif
+  // Eight independent sums, so that the squares are not one long chain of
+  // additions (the compiler keeps the order of a single one).
+  double part[8] = {};
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+  for (i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rotate_pairs(float* v, int heads, int head_dim, const float* cos, const float* sin, Kernel kernel) {
+#if defined(SWARMFLOW_LM_X86)
+  if (kernel == Kernel::avx512 && head_dim % 16 == 0) return rotate_pairs_avx512(v, heads, head_dim, cos, sin);
+#else
+  (void)kernel;
+#endif
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* head = v + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float a = head[2 * i], b = head[2 * i + 1];
+      head[2 * i] = a * cos[i] - b * sin[i];
+      head[2 * i + 1] = a * sin[i] + b * cos[i];
+    }
+  }
 }
 
 void swiglu(float* gate, const float* up, int n, Kernel kernel) {

@@ -83,6 +83,17 @@ void attend(const float* q, const float* kt, int kt_blocks, const float* v, std:
 /// computed in float (within 2 ulp) and summed in double.
 double sum_exp(const float* x, int n, float shift);
 
+/// RMSNorm of one row: out[i] = x[i] * s * weight[i], s = 1 / sqrt(the mean
+/// of x[i]^2 + eps), the squares summed in double in 8 parts (part k takes
+/// i = k mod 8). The same bits with every kernel.
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out, Kernel kernel);
+
+/// Rotary embedding in place of `heads` heads of `head_dim` floats, on the
+/// interleaved pairs (2i, 2i+1) of each head: (a, b) becomes (a cos_i - b
+/// sin_i, a sin_i + b cos_i) with cos_i = cos[i], sin_i = sin[i]. The same
+/// bits with every kernel.
+void rotate_pairs(float* v, int heads, int head_dim, const float* cos, const float* sin, Kernel kernel);
+
 /// SwiGLU in place: gate[i] = silu(gate[i]) * up[i] for i < n.
 void swiglu(float* gate, const float* up, int n, Kernel kernel);
 

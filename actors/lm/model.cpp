@@ -62,20 +62,6 @@ class Reader {
   bool short_ = false;
 };
 
-void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
-  // Eight independent sums, so that the squares are not one long chain of
-  // additions (the compiler keeps the order of a single one).
-  double part[8] = {};
-  int i = 0;
-  for (; i + 8 <= dim; i += 8) {
-    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
-  }
-  for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
-  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
-  for (i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
-}
-
 std::string fail(const std::string& name, const std::string& what) {
   return "model file '" + name + "': " + what;
 }
@@ -448,21 +434,13 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   auto rope = [&](float* vec, int n_heads, int pos) {
-    const float* cs = &rope_cos_[static_cast<std::size_t>(pos) * half];
-    const float* sn = &rope_sin_[static_cast<std::size_t>(pos) * half];
-    for (int hh = 0; hh < n_heads; ++hh) {
-      float* head = vec + hh * hd;
-      for (int i = 0; i < half; ++i) {
-        const float a = head[2 * i], b = head[2 * i + 1];
-        head[2 * i] = a * cs[i] - b * sn[i];
-        head[2 * i + 1] = a * sn[i] + b * cs[i];
-      }
-    }
+    rotate_pairs(vec, n_heads, hd, &rope_cos_[static_cast<std::size_t>(pos) * half],
+                 &rope_sin_[static_cast<std::size_t>(pos) * half], kernel_);
   };
 
   for (int l = 0; l < c.layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
-    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.attn_norm, d, c.norm_eps, &xb[t * d]);
+    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.attn_norm, d, c.norm_eps, &xb[t * d], kernel_);
     matmul(xb.data(), total, L.qkv, qkv.data());
     for (std::size_t t = 0; t < T; ++t) {
       float* qt = &qkv[t * qkv_dim];
@@ -495,7 +473,7 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
     }
     matmul(att.data(), total, L.o, tmp.data());
     for (std::size_t i = 0; i < T * d; ++i) x[i] += tmp[i];
-    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.ffn_norm, d, c.norm_eps, &xb[t * d]);
+    for (std::size_t t = 0; t < T; ++t) rmsnorm(&x[t * d], L.ffn_norm, d, c.norm_eps, &xb[t * d], kernel_);
     matmul(xb.data(), total, L.w13, h13.data());
     const int hidden = c.hidden;
     for (std::size_t t = 0; t < T; ++t) {
@@ -512,7 +490,7 @@ void Model::forward(const std::vector<ForwardItem>& items, std::vector<float>& l
     for (const auto& it : items) {
       for (int j = 0; j < it.count; ++j, ++t) {
         if (it.all_logits || j == it.count - 1) {
-          rmsnorm(&x[t * d], final_norm_, d, c.norm_eps, &last[row * d]);
+          rmsnorm(&x[t * d], final_norm_, d, c.norm_eps, &last[row * d], kernel_);
           ++row;
         }
       }

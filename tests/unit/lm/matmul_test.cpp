@@ -90,8 +90,8 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
   for (Kernel kernel : kernels_here()) {
     SCOPED_TRACE(kernel_name(kernel));
     // {heads, kv_heads, head_dim}: one head, grouped-query and plain attention.
-    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}}) {
-      for (int n : {1, 7, 40}) {
+    for (auto [heads, kv_heads, hd] : {std::tuple{1, 1, 32}, {4, 2, 32}, {4, 4, 12}, {2, 1, 64}, {7, 7, 64}}) {
+      for (int n : {1, 7, 40, 100}) {
         const int stride = kv_heads * hd + 5;  // value rows with room after the heads
         const int kt_blocks = (n + 7) / 8 + 1;
         const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
@@ -132,6 +132,75 @@ TEST(LmMatmul, AttentionOfEveryKernelMatchesTheSoftmaxWeightedSum) {
             ASSERT_NEAR(out[static_cast<std::size_t>(h) * hd + i], want, 1e-5)
                 << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n << " positions, head " << h;
           }
+        }
+      }
+    }
+  }
+}
+
+// The AVX-512 kernel's attention keeps more sums in flight than the AVX2
+// one (up to 12 blocks of scores, up to 6 heads of values at once), in the
+// same order: the same bits, so a model's logits do not depend on which of
+// the two runs.
+TEST(LmMatmul, AttentionOnTheAvx512KernelHasTheBitsOfTheAvx2One) {
+  if (!kernel_supported(Kernel::avx512)) GTEST_SKIP() << "this CPU does not run the avx512 kernel";
+  std::mt19937 rng(12);
+  // {heads, kv_heads, head_dim}: the shipped models' shapes, grouped-query
+  // attention, heads of 16 and 48, and more heads than are summed at once.
+  for (auto [heads, kv_heads, hd] : {std::tuple{4, 4, 32}, {6, 6, 64}, {8, 2, 64}, {3, 1, 16}, {13, 13, 48}}) {
+    for (int n : {1, 8, 9, 72, 97, 104, 200}) {
+      const int kt_blocks = (n + 7) / 8;
+      const std::ptrdiff_t capacity = kt_blocks * 8;
+      const std::vector<float> q = random_floats(static_cast<std::size_t>(heads) * hd, rng);
+      const std::vector<float> kt = random_floats(static_cast<std::size_t>(kv_heads) * kt_blocks * hd * 8, rng);
+      const std::vector<float> v = random_floats(static_cast<std::size_t>(kv_heads) * capacity * hd, rng);
+      std::vector<float> scores(static_cast<std::size_t>(kt_blocks) * 8 * heads);
+      std::vector<float> avx2(static_cast<std::size_t>(heads) * hd), avx512(avx2.size(), 1e30f);
+      attend(q.data(), kt.data(), kt_blocks, v.data(), hd, capacity * hd, n, heads, kv_heads, hd, 0.125f, scores.data(),
+             avx2.data(), Kernel::avx2);
+      attend(q.data(), kt.data(), kt_blocks, v.data(), hd, capacity * hd, n, heads, kv_heads, hd, 0.125f, scores.data(),
+             avx512.data(), Kernel::avx512);
+      for (std::size_t i = 0; i < avx2.size(); ++i) {
+        ASSERT_EQ(avx512[i], avx2[i]) << heads << " heads, " << kv_heads << " kv heads of " << hd << ", " << n
+                                      << " positions, value " << i;
+      }
+    }
+  }
+}
+
+// RMSNorm and the rotary embedding give every kernel the bits of the
+// plain formulas (the AVX-512 code fuses no multiply-add), so a model's
+// logits do not depend on which kernel runs them.
+TEST(LmMatmul, RmsNormAndRotaryEmbeddingHaveTheBitsOfThePlainFormulas) {
+  std::mt19937 rng(13);
+  for (Kernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (int dim : {384, 128, 100, 12, 7}) {
+      const std::vector<float> x = random_floats(static_cast<std::size_t>(dim), rng);
+      const std::vector<float> weight = random_floats(static_cast<std::size_t>(dim), rng);
+      double part[8] = {};
+      int i = 0;
+      for (; i + 8 <= dim; i += 8) {
+        for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]) * x[i + k];
+      }
+      for (; i < dim; ++i) part[0] += static_cast<double>(x[i]) * x[i];
+      const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + 1e-5f));
+      std::vector<float> out(static_cast<std::size_t>(dim));
+      rmsnorm(x.data(), weight.data(), dim, 1e-5f, out.data(), kernel);
+      for (i = 0; i < dim; ++i) ASSERT_EQ(out[i], x[i] * scale * weight[i]) << "dim " << dim << ", value " << i;
+    }
+    for (auto [heads, hd] : {std::pair{6, 64}, {4, 32}, {2, 16}, {3, 12}}) {
+      const std::vector<float> v = random_floats(static_cast<std::size_t>(heads) * hd, rng);
+      const std::vector<float> cs = random_floats(static_cast<std::size_t>(hd) / 2, rng);
+      const std::vector<float> sn = random_floats(static_cast<std::size_t>(hd) / 2, rng);
+      std::vector<float> got = v;
+      rotate_pairs(got.data(), heads, hd, cs.data(), sn.data(), kernel);
+      for (int h = 0; h < heads; ++h) {
+        for (int p = 0; p < hd / 2; ++p) {
+          const float a = v[static_cast<std::size_t>(h * hd + 2 * p)], b = v[static_cast<std::size_t>(h * hd + 2 * p + 1)];
+          ASSERT_EQ(got[static_cast<std::size_t>(h * hd + 2 * p)], a * cs[p] - b * sn[p]) << hd << ", head " << h << ", pair " << p;
+          ASSERT_EQ(got[static_cast<std::size_t>(h * hd + 2 * p + 1)], a * sn[p] + b * cs[p]) << hd << ", head " << h << ", pair " << p;
         }
       }
     }
