@@ -116,7 +116,8 @@ transport::ControlBuffer LoadReporter::report(RunState& run, double* utilisation
                                  (dt_ns * std::max(1, threads_)),
                              0.0, 1.0);
     auto body = schema::CreateLoadReport(fbb, fbb.CreateString(run.spec.units[static_cast<std::size_t>(unit_)].id),
-                                         now, static_cast<float>(utilisation), fbb.CreateVector(replicas));
+                                         now, static_cast<float>(utilisation), fbb.CreateVector(replicas),
+                                         run.unit_speed[static_cast<std::size_t>(unit_)]->load(std::memory_order_relaxed));
     return std::make_pair(schema::ControlBody::LoadReport, body.Union());
   });
   last_busy_ = busy;
@@ -126,6 +127,10 @@ transport::ControlBuffer LoadReporter::report(RunState& run, double* utilisation
 }
 
 void take_remote_load(RunState& run, int unit, const schema::LoadReport& report) {
+  // Its speed as its process has it (a scenario, or a change asked for there).
+  if (report.speed() > 0 && report.speed() <= 1000) {
+    run.unit_speed[static_cast<std::size_t>(unit)]->store(report.speed(), std::memory_order_relaxed);
+  }
   if (report.replicas() == nullptr) return;
   const auto table = run.table();
   for (const auto* r : *report.replicas()) {
