@@ -78,12 +78,28 @@ void BatchPolicy::finish(std::uint64_t id) {
   if (q != queue_.end()) queue_.erase(q);
 }
 
+double StepCost::predict(int tokens) const {
+  const std::size_t n = static_cast<std::size_t>(std::max(0, tokens));
+  if (n < fastest_ns.size() && fastest_ns[n] > 0) return fastest_ns[n];
+  double floor = 0;
+  for (std::size_t t = 1; t < std::min(n, fastest_ns.size()); ++t) floor = std::max(floor, fastest_ns[t]);
+  return std::max(per_token_ns > 0 ? fitted(tokens) : 0.0, floor);
+}
+
 void BatchPolicy::observe_step(int tokens, std::int64_t duration_ns) {
   if (tokens <= 0 || duration_ns <= 0) return;
   double d = static_cast<double>(duration_ns);
-  // A step the machine held up (preempted) counts as at most 3 times what
-  // the fit predicts, so one outlier cannot swing the cap.
-  if (cost_.per_token_ns > 0) d = std::min(d, 3 * cost_.predict(tokens));
+  const std::size_t most =
+      static_cast<std::size_t>(settings_.max_size) + static_cast<std::size_t>(std::max(1, settings_.prefill_chunk));
+  if (cost_.fastest_ns.size() < most + 1) cost_.fastest_ns.resize(most + 1, 0.0);
+  if (static_cast<std::size_t>(tokens) <= most) {
+    double& fastest = cost_.fastest_ns[static_cast<std::size_t>(tokens)];
+    if (fastest == 0 || d < fastest) fastest = d;
+  }
+
+  // The fit: a step the machine held up (preempted) counts as at most 3
+  // times what the fit expected, so one outlier cannot swing it.
+  if (cost_.per_token_ns > 0) d = std::min(d, 3 * cost_.fitted(tokens));
   constexpr double kKeep = 0.98;  // each older step weighs 2 % less
   const double t = tokens;
   w_ = kKeep * w_ + 1;
@@ -94,19 +110,45 @@ void BatchPolicy::observe_step(int tokens, std::int64_t duration_ns) {
   const double mean_t = t_ / w_, mean_d = d_ / w_;
   const double var_t = tt_ / w_ - mean_t * mean_t;
   // Steps of one size only tell nothing of the slope: keep the last fit.
-  if (var_t < 0.25) return;
-  const double slope = (td_ / w_ - mean_t * mean_d) / var_t;
-  if (!(slope > 0)) return;
-  cost_.per_token_ns = slope;
-  cost_.fixed_ns = std::max(0.0, mean_d - slope * mean_t);
+  if (var_t >= 0.25) {
+    const double slope = (td_ / w_ - mean_t * mean_d) / var_t;
+    if (slope > 0) {
+      cost_.per_token_ns = slope;
+      cost_.fixed_ns = std::max(0.0, mean_d - slope * mean_t);
+    }
+  }
+  cap_ = choose_cap();
 }
 
-int BatchPolicy::step_token_cap() const {
-  if (!(settings_.max_step_factor > 0) || !(cost_.per_token_ns > 0)) return 0;
-  // The most tokens T with fixed + per_token T <= factor (fixed + per_token).
+int BatchPolicy::choose_cap() const {
+  if (!(settings_.max_step_factor > 0)) return 0;
+  const std::vector<double>& fastest = cost_.fastest_ns;
+  const bool timed_one = fastest.size() > 1 && fastest[1] > 0;
+  // Nothing to go on yet: neither a one-token step nor a fit.
+  if (!timed_one && !(cost_.per_token_ns > 0)) return 0;
+  const int most = settings_.max_size + std::max(1, settings_.prefill_chunk);
   const double budget = settings_.max_step_factor * cost_.predict(1);
-  const double tokens = std::floor((budget - cost_.fixed_ns) / cost_.per_token_ns + 1e-9);
-  return static_cast<int>(std::max(1.0, std::min(tokens, 1e6)));
+  // Every size within the budget is a candidate. Under load the steps run
+  // at the cap, so the cap sets the tokens/s: of the sizes within 5 % of
+  // the most tokens per second of step, the fewest tokens, whose steps
+  // (the time per output token) are the shortest.
+  std::vector<double> rate(static_cast<std::size_t>(most) + 1, 0.0);
+  double best = 0;
+  double floor = 0;  // the dearest size timed so far (StepCost::predict, in one pass)
+  for (int t = 1; t <= most; ++t) {
+    const std::size_t n = static_cast<std::size_t>(t);
+    const double timed = n < fastest.size() ? fastest[n] : 0.0;
+    const double cost = timed > 0 ? timed : std::max(cost_.per_token_ns > 0 ? cost_.fitted(t) : 0.0, floor);
+    floor = std::max(floor, timed);
+    if (t > 1 && (cost <= 0 || cost > budget * (1 + 1e-9))) continue;
+    rate[n] = t / std::max(cost, 1.0);
+    best = std::max(best, rate[n]);
+  }
+  constexpr double kNearBest = 0.95;
+  for (int t = 1; t <= most; ++t) {
+    if (rate[static_cast<std::size_t>(t)] >= kNearBest * best) return t;
+  }
+  return 1;
 }
 
 void BatchPolicy::rewind(std::uint64_t id, int fed) {

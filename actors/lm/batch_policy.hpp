@@ -14,11 +14,13 @@
 /// - Prompts are fed in chunks: a step carries one token per decoding request
 ///   and at most `prefill_chunk` prompt tokens, so a long prompt is spread
 ///   over several steps and the others keep decoding.
-/// - With `max_step_factor`, a step feeds at most the tokens that keep it
-///   within that many times a one-token step, by a cost model fitted to the
-///   step times the engine reports (`observe_step`): the running batch and
-///   the prefill share of a step are capped, so that the time per output
-///   token of a batch stays within that factor of decoding alone.
+/// - With `max_step_factor`, a step feeds at most a cap of tokens, chosen
+///   from the step times the engine reports (`observe_step`): among the
+///   step sizes that stay within that many times a one-token step, the one
+///   that gives the most tokens per second (the fewest tokens within 2 % of
+///   that). The running batch and the prefill share of a step are capped,
+///   so that the time per output token of a batch stays within that factor
+///   of decoding alone, at the best throughput the factor allows.
 
 #include <cstdint>
 #include <deque>
@@ -38,12 +40,24 @@ struct BatchSettings {
   double max_step_factor = 0;
 };
 
-/// Step time = fixed + per_token x tokens, fitted by least squares to the
-/// steps measured so far, recent ones weighing more.
+/// What a step of each size costs. A step's time is not a line in its
+/// tokens: a matrix kernel's tiles make 7 tokens cost much more than 6, and
+/// 6 little more than 4. So each size keeps its own time: the fastest step
+/// of that many tokens timed, when the replica started (Engine::calibrate)
+/// or since. The machine only ever adds to a step's time (another thread
+/// on the core, weights gone cold in the cache), so the fastest is what
+/// the size itself costs, and sizes compare fairly whenever each was
+/// timed. A line fitted to the steps run (fixed + per_token x tokens,
+/// least squares, recent steps weighing more) predicts the sizes not timed.
 struct StepCost {
   double fixed_ns = 0;
   double per_token_ns = 0;  ///< 0 until there is a fit
-  double predict(int tokens) const { return fixed_ns + per_token_ns * tokens; }
+  /// [tokens]: the fastest step of that many tokens, 0 = none yet.
+  std::vector<double> fastest_ns;
+  double fitted(int tokens) const { return fixed_ns + per_token_ns * tokens; }
+  /// A size timed: its fastest step; else the fit, and no less than the
+  /// dearest smaller size timed.
+  double predict(int tokens) const;
 };
 
 /// What the scheduler knows of a request.
@@ -84,11 +98,12 @@ class BatchPolicy {
   void rewind(std::uint64_t id, int fed);
   /// After a step: it fed `tokens` tokens and took `duration_ns`.
   void observe_step(int tokens, std::int64_t duration_ns);
+
   /// The fitted step cost (per_token_ns 0: not fitted yet).
   const StepCost& step_cost() const { return cost_; }
   /// Tokens a step may feed at most under max_step_factor, 0 = no cap (none
   /// set, or no fit yet).
-  int step_token_cap() const;
+  int step_token_cap() const { return cap_; }
 
   std::int64_t reserved_tokens() const { return reserved_; }
   std::size_t running() const { return running_.size(); }
@@ -110,6 +125,8 @@ class BatchPolicy {
   // tokens x time.
   double w_ = 0, t_ = 0, d_ = 0, tt_ = 0, td_ = 0;
   StepCost cost_;
+  int cap_ = 0;
+  int choose_cap() const;
 };
 
 }  // namespace swarmflow::lm

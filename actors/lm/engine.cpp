@@ -201,6 +201,41 @@ std::vector<RequestTiming> Engine::take_timings() {
   return out;
 }
 
+int Engine::calibrate(const std::function<std::int64_t()>& clock) {
+  if (!clock) return 0;
+  const BatchSettings& s = policy_.settings();
+  const int most = s.max_size + std::max(1, s.prefill_chunk);
+  const int context = std::min(24, model_.config().max_seq_len - 1);
+  if (context < 1 || static_cast<std::int64_t>(most) * (context + 1) > s.kv_budget_tokens) return 0;
+  std::vector<KvCache> caches;
+  caches.reserve(static_cast<std::size_t>(most));
+  std::vector<int> prompt(static_cast<std::size_t>(context));
+  for (int i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (7 * i + 3) % model_.config().vocab;
+  std::vector<ForwardItem> items;
+  for (int i = 0; i < most; ++i) {
+    caches.emplace_back(model_.config(), context + 1);
+    items.push_back(ForwardItem{&caches.back(), prompt.data(), context, false});
+  }
+  model_.forward(items, logits_);
+  const int token = prompt[0];
+  // Five rounds over every size: each size's fastest is what the policy
+  // keeps, and a round slowed by something else running does not count.
+  for (int round = 0; round < 5; ++round) {
+    for (int t = 1; t <= most; ++t) {
+      items.clear();
+      for (int i = 0; i < t; ++i) items.push_back(ForwardItem{&caches[static_cast<std::size_t>(i)], &token, 1, false});
+      step_tokens_ = t;
+      const std::int64_t t0 = clock();
+      model_.forward(items, logits_);
+      const std::int64_t took = clock() - t0;
+      for (int i = 0; i < t; ++i) caches[static_cast<std::size_t>(i)].truncate(context);
+      policy_.observe_step(t, took);
+    }
+  }
+  step_tokens_ = 0;
+  return most;
+}
+
 std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) {
   if (sequences_.empty()) return -1;
   StepPlan plan = policy_.plan(now_ns);
@@ -213,7 +248,7 @@ std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) 
     items.push_back(ForwardItem{&seq->cache, seq->tokens.data() + s.first, s.count, false});
     seqs.push_back(seq);
   }
-  batch_sizes_.push_back(static_cast<int>(items.size()));
+  last_batch_size_ = static_cast<int>(items.size());
   step_tokens_ = 0;
   for (const StepSlot& s : plan.slots) step_tokens_ += s.count;
   model_.forward(items, logits_);

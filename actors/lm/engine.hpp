@@ -72,6 +72,17 @@ class Engine {
   /// to then is the step's duration, which the policy's step cap learns
   /// from (batch.max_step_factor).
   void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
+  /// Times a step of every size the policy can plan (1 to max_size +
+  /// prefill_chunk tokens: one token each of that many scratch sequences
+  /// of 24 tokens), five rounds over the sizes, on `clock` (the stage
+  /// passes its thread's CPU time, so that a moment the thread was not
+  /// running does not count), and tells the policy, so that its step cap
+  /// (batch.max_step_factor) starts from every size's time rather than
+  /// from the sizes the first requests happen to make. Holds no request;
+  /// its scratch caches hold max_size + prefill_chunk times 25 tokens, and
+  /// it times nothing (returns 0) when they would not fit in the KV
+  /// budget. Returns the sizes timed.
+  int calibrate(const std::function<std::int64_t()>& clock);
   /// Fault injection (tests, demos): called with each sampled token before
   /// it is taken; it may replace the token and its log-probability (the
   /// sequence goes on from what it leaves there, as a faulty replica would).
@@ -100,8 +111,8 @@ class Engine {
   std::vector<RequestTiming> take_timings();
   /// Tokens fed by the step running (read by a clock) or last run.
   int step_tokens() const { return step_tokens_; }
-  /// Requests in each step run so far (batch-size histogram input).
-  const std::vector<int>& batch_sizes() const { return batch_sizes_; }
+  /// Requests in the step last run (0 before the first).
+  int last_batch_size() const { return last_batch_size_; }
 
  private:
   struct Sequence {
@@ -120,7 +131,7 @@ class Engine {
   BatchPolicy policy_;
   std::map<std::uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<RequestTiming> finished_;
-  std::vector<int> batch_sizes_;
+  int last_batch_size_ = 0;
   int step_tokens_ = 0;
   std::vector<float> logits_;
   std::function<std::int64_t()> clock_;

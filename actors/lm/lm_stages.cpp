@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -248,6 +249,14 @@ void Generate::setup(StageSpec& s) {
           {0.0, 1e9});
 }
 
+namespace {
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+}  // namespace
+
 Status Generate::start(StageContext& ctx) {
   auto model = std::make_unique<Model>();
   if (Status s = load_model(model_path_, *model); !s.ok()) return s;
@@ -266,6 +275,7 @@ Status Generate::start(StageContext& ctx) {
   engine_ = std::make_unique<Engine>(*model_, b);
   context_ = &ctx;
   engine_->set_clock([context = context_] { return context->now_ns(); });
+  if (b.max_step_factor > 0) engine_->calibrate(thread_cpu_ns);
   faulty_ = fault_replica_ < 0 || fault_replica_ == ctx.replica();
   steps_ = 0;
   if (faulty_ && lie_every_ > 0) {
@@ -400,8 +410,10 @@ Status Generate::step(Outputs& out, StageContext& ctx) {
   const std::int64_t wake = engine_->step(ctx.now_ns(), events_);
   if (wake == 0) {
     ctx.counter("steps").fetch_add(1, std::memory_order_relaxed);
-    const int size = engine_->batch_sizes().empty() ? 0 : engine_->batch_sizes().back();
+    const int size = engine_->last_batch_size();
     ctx.counter("batch_slots").fetch_add(size, std::memory_order_relaxed);
+    ctx.counter("step_tokens").fetch_add(engine_->step_tokens(), std::memory_order_relaxed);
+    ctx.counter("step_token_cap").store(engine_->policy().step_token_cap(), std::memory_order_relaxed);
     ctx.observe("batch_size", size);
   }
   for (const TokenEvent& e : events_) emit(e, out);

@@ -91,7 +91,8 @@ TEST_F(LmEngine, GreedyBatchedOutputEqualsEachRequestAlone) {
 
 TEST_F(LmEngine, TheStepCapLearnsFromStepTimesAndChangesNoResult) {
   // A simulated clock charges each step 100 us + 10 us per token fed, so
-  // with max_step_factor 2 the engine settles at 12 tokens per step.
+  // with max_step_factor 2 the engine settles at 11 tokens per step (12
+  // fit within 2 one-token steps; 11 give within 5 % of their tokens/s).
   BatchSettings capped;
   capped.max_size = 16;
   capped.kv_budget_tokens = 100'000;
@@ -117,13 +118,66 @@ TEST_F(LmEngine, TheStepCapLearnsFromStepTimesAndChangesNoResult) {
     for (const TokenEvent& e : events) out[e.request].push_back(e.token);
   }
   EXPECT_TRUE(engine.idle());
-  EXPECT_EQ(engine.policy().step_token_cap(), 12);
+  EXPECT_EQ(engine.policy().step_token_cap(), 11);
   EXPECT_GT(capped_steps, 20);
   BatchSettings alone;
   alone.max_size = 1;
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
     EXPECT_EQ(out.at(requests[i].id), run({requests[i]}, {0}, alone).at(requests[i].id)) << kPrompts[i];
   }
+}
+
+TEST_F(LmEngine, CalibrationTimesEveryStepSizeOnTheClockAndLeavesNoTrace) {
+  // A simulated clock: the second read of each pair is later by what a
+  // step of the tokens being fed costs, a knee at 6 tokens (flat before,
+  // 110 us a token after).
+  auto cost_ns = [](int tokens) -> std::int64_t {
+    return tokens <= 6 ? 460'000 + 36'000 * (tokens - 1) : 640'000 + 110'000 * (tokens - 6);
+  };
+  BatchSettings s;
+  s.max_size = 12;
+  s.prefill_chunk = 4;
+  s.kv_budget_tokens = 16 * 25;  // just room for the scratch caches
+  s.max_step_factor = 2.5;
+  Engine engine(*model_, s);
+  std::int64_t now = 0;
+  bool second = false;
+  auto clock = [&] {
+    second = !second;
+    if (!second) now += cost_ns(engine.step_tokens());
+    return now;
+  };
+  EXPECT_EQ(engine.calibrate(clock), 16);
+  const StepCost& c = engine.policy().step_cost();
+  ASSERT_EQ(c.fastest_ns.size(), 17u);
+  for (int t = 1; t <= 16; ++t) EXPECT_EQ(c.fastest_ns[static_cast<std::size_t>(t)], cost_ns(t)) << t;
+  // Within 2.5 x 460 us: up to 10 tokens; 6 give the most tokens/s.
+  EXPECT_EQ(engine.policy().step_token_cap(), 6);
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(engine.policy().reserved_tokens(), 0);
+  EXPECT_EQ(engine.step_tokens(), 0);
+
+  // What it then generates is what an engine never calibrated generates.
+  std::vector<GenerateRequest> requests;
+  for (std::uint64_t i = 0; i < 4; ++i) requests.push_back(request(i + 1, kPrompts[i]));
+  for (const auto& r : requests) ASSERT_EQ(engine.submit(r, 0), "");
+  std::map<std::uint64_t, std::vector<int>> out;
+  std::vector<TokenEvent> events;
+  for (int step = 0; step < 1000 && !engine.idle(); ++step) {
+    events.clear();
+    engine.step(step, events);
+    for (const TokenEvent& e : events) out[e.request].push_back(e.token);
+  }
+  BatchSettings alone;
+  alone.max_size = 1;
+  for (const auto& r : requests) EXPECT_EQ(out.at(r.id), run({r}, {0}, alone).at(r.id));
+
+  // Scratch caches that would not fit in the KV budget: nothing is timed.
+  s.kv_budget_tokens = 16 * 25 - 1;
+  Engine small(*model_, s);
+  EXPECT_EQ(small.calibrate(clock), 0);
+  EXPECT_EQ(small.policy().step_token_cap(), 0);
+  EXPECT_EQ(small.calibrate(nullptr), 0);
 }
 
 TEST_F(LmEngine, SeededSamplingIsTheSameBatchedOrAlone) {
