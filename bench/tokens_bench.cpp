@@ -11,7 +11,9 @@
 //
 // With --step-factors, batching runs again at each rate with
 // batch.max_step_factor set to each factor (steps capped to that many times
-// a one-token step), each compared with one at a time.
+// a one-token step), each compared with one at a time. "tok/step" is the
+// tokens (prompt and generated) lm.generate fed a decoding step on average,
+// "cap" its step cap at the end of the run (0: none).
 //
 // --model runs another model file (default: the stages' default,
 // models/devil-1m.sflm).
@@ -72,6 +74,9 @@ struct Result {
   long tokens = 0;
   double seconds = 0;
   std::vector<double> ttft_ms, tpot_ms;
+  // lm.generate's own figures: its decoding steps, the tokens they fed
+  // (prompt and generated) and its step cap at the end (0: none).
+  std::int64_t steps = 0, step_tokens = 0, step_cap = 0;
 };
 
 /// Offers `rate` requests/s for `seconds`, then waits for the answers.
@@ -140,6 +145,16 @@ Result run(double rate, double seconds, int max_tokens, int max_size, double ste
   hub.close();
   rt.request_stop();
   (void)rt.wait();
+  for (const swarmflow::StageReport& stage : rt.report().stages) {
+    if (stage.id != "generate") continue;
+    auto counter = [&](const char* name) {
+      auto it = stage.counters.find(name);
+      return it != stage.counters.end() ? it->second : 0;
+    };
+    result.steps = counter("steps");
+    result.step_tokens = counter("step_tokens");
+    result.step_cap = counter("step_token_cap");
+  }
   swarmflow::lm::attach_serve_hub(nullptr);
   result.seconds = std::chrono::duration<double>(last_done - start).count();
   return result;
@@ -185,16 +200,18 @@ int main(int argc, char** argv) {
   std::printf("Poisson arrivals for %.1f s per rate; %d greedy tokens per request; prefill chunk %d; model %s; %s kernel\n",
               seconds, max_tokens, g_prefill_chunk, g_model.empty() ? "models/devil-1m.sflm (default)" : g_model.c_str(),
               swarmflow::lm::kernel_name(swarmflow::lm::best_kernel()));
-  std::printf("%-8s %-9s %9s %9s %10s %10s %10s %10s %10s\n", "req/s", "mode", "answered", "rejected", "tokens/s",
-              "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99");
+  std::printf("%-8s %-9s %9s %9s %10s %10s %10s %10s %10s %8s %5s\n", "req/s", "mode", "answered", "rejected",
+              "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "tok/step", "cap");
   double best = 0;
   auto tokens_per_s = [](const Result& r) {
     return r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0;
   };
   auto print = [&](double rate, const std::string& mode, const Result& r) {
-    std::printf("%-8.0f %-9s %9d %9d %10.0f %8.1fms %8.1fms %8.2fms %8.2fms\n", rate, mode.c_str(), r.completed,
-                r.rejected, tokens_per_s(r), percentile(r.ttft_ms, 0.5), percentile(r.ttft_ms, 0.99),
-                percentile(r.tpot_ms, 0.5), percentile(r.tpot_ms, 0.99));
+    std::printf("%-8.0f %-9s %9d %9d %10.0f %8.1fms %8.1fms %8.2fms %8.2fms %8.1f %5lld\n", rate, mode.c_str(),
+                r.completed, r.rejected, tokens_per_s(r), percentile(r.ttft_ms, 0.5), percentile(r.ttft_ms, 0.99),
+                percentile(r.tpot_ms, 0.5), percentile(r.tpot_ms, 0.99),
+                r.steps > 0 ? static_cast<double>(r.step_tokens) / static_cast<double>(r.steps) : 0.0,
+                static_cast<long long>(r.step_cap));
   };
   struct Ratio {
     double tokens = 0;  // batched tokens/s over one at a time's
