@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace swarmflow::lm {
 
@@ -218,10 +219,19 @@ int Engine::calibrate(const std::function<std::int64_t()>& clock) {
   }
   model_.forward(items, logits_);
   const int token = prompt[0];
-  // Five rounds over every size: each size's fastest is what the policy
-  // keeps, and a round slowed by something else running does not count.
-  for (int round = 0; round < 5; ++round) {
-    for (int t = 1; t <= most; ++t) {
+  // Twelve rounds over the sizes, up and down in turn, each size's fastest
+  // kept: a single step's time moves by half on a shared machine, the
+  // fastest of a dozen hardly. After three rounds a size far over the
+  // factor's budget (1.5 times it) is left: it cannot be the cap.
+  const double factor = s.max_step_factor;
+  std::vector<std::int64_t> fastest(static_cast<std::size_t>(most) + 1, std::numeric_limits<std::int64_t>::max());
+  for (int round = 0; round < 12; ++round) {
+    for (int k = 0; k < most; ++k) {
+      const int t = round % 2 == 0 ? 1 + k : most - k;
+      const std::size_t n = static_cast<std::size_t>(t);
+      if (round >= 3 && factor > 0 && static_cast<double>(fastest[n]) > 1.5 * factor * static_cast<double>(fastest[1])) {
+        continue;
+      }
       items.clear();
       for (int i = 0; i < t; ++i) items.push_back(ForwardItem{&caches[static_cast<std::size_t>(i)], &token, 1, false});
       step_tokens_ = t;
@@ -229,6 +239,7 @@ int Engine::calibrate(const std::function<std::int64_t()>& clock) {
       model_.forward(items, logits_);
       const std::int64_t took = clock() - t0;
       for (int i = 0; i < t; ++i) caches[static_cast<std::size_t>(i)].truncate(context);
+      fastest[n] = std::min(fastest[n], took);
       policy_.observe_step(t, took);
     }
   }

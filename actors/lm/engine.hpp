@@ -74,7 +74,8 @@ class Engine {
   void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
   /// Times a step of every size the policy can plan (1 to max_size +
   /// prefill_chunk tokens: one token each of that many scratch sequences
-  /// of 24 tokens), five rounds over the sizes, on `clock` (the stage
+  /// of 24 tokens), twelve rounds over the sizes (those far over the
+  /// factor's budget only three), each size's fastest kept, on `clock` (the stage
   /// passes its thread's CPU time, so that a moment the thread was not
   /// running does not count), and tells the policy, so that its step cap
   /// (batch.max_step_factor) starts from every size's time rather than

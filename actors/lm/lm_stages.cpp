@@ -275,7 +275,7 @@ Status Generate::start(StageContext& ctx) {
   engine_ = std::make_unique<Engine>(*model_, b);
   context_ = &ctx;
   engine_->set_clock([context = context_] { return context->now_ns(); });
-  if (b.max_step_factor > 0) engine_->calibrate(thread_cpu_ns);
+  calibrated_ = !(b.max_step_factor > 0);
   faulty_ = fault_replica_ < 0 || fault_replica_ == ctx.replica();
   steps_ = 0;
   if (faulty_ && lie_every_ > 0) {
@@ -406,6 +406,13 @@ Status Generate::step(Outputs& out, StageContext& ctx) {
     return Status::error("lm.generate: fault.crash_every: step " + std::to_string(steps_) + " fails");
   }
   if (faulty_ && slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow_ms_));
+  if (!calibrated_) {
+    // Timed before the first step, not at start: the pipeline's other
+    // stages load their models then, and a step reading its weights beside
+    // them is slower than it will be.
+    calibrated_ = true;
+    engine_->calibrate(thread_cpu_ns);
+  }
   events_.clear();
   const std::int64_t wake = engine_->step(ctx.now_ns(), events_);
   if (wake == 0) {

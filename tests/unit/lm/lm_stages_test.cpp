@@ -177,6 +177,37 @@ TEST_F(LmStages, GenerateBatchesTheRequestsItHoldsAndGivesEachTheTokensItWouldGe
   EXPECT_GT(gen.counter_value("hist.batch_size." + std::to_string(value_buckets::bucket(4))), 0);
 }
 
+TEST_F(LmStages, WithAStepFactorGenerateTimesItsStepSizesAtItsFirstStepAndKeepsItsStepsWithinTheCap) {
+  auto run = [&](double factor) {
+    StageRunner gen(registry_, "lm.generate");
+    EXPECT_TRUE(gen.set("model", kModel).ok());
+    EXPECT_TRUE(gen.set("batch.max_size", std::int64_t{8}).ok());
+    EXPECT_TRUE(gen.set("batch.prefill_chunk", std::int64_t{8}).ok());
+    EXPECT_TRUE(gen.set("batch.max_step_factor", factor).ok());
+    EXPECT_TRUE(gen.start().ok());
+    for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(gen.feed("in", prompt(i + 1, kPrompts[i % kPrompts.size()], 12)).ok());
+    EXPECT_TRUE(gen.run_deferred().ok());
+    return std::make_pair(by_request(gen.output("out")), std::map<std::string, std::int64_t>{
+                                                             {"steps", gen.counter_value("steps")},
+                                                             {"step_tokens", gen.counter_value("step_tokens")},
+                                                             {"cap", gen.counter_value("step_token_cap")},
+                                                             {"tokens", gen.counter_value("tokens")}});
+  };
+  const auto [free_tokens, free_counts] = run(0);
+  const auto [capped_tokens, capped_counts] = run(1.5);
+  EXPECT_EQ(free_counts.at("cap"), 0);  // no factor: no cap
+  const std::int64_t cap = capped_counts.at("cap");
+  EXPECT_GE(cap, 1);
+  EXPECT_LE(cap, 16);
+  // Every step within the cap: more steps than uncapped when the cap is
+  // under what the batch would feed, never more tokens a step than it.
+  EXPECT_LE(capped_counts.at("step_tokens"), cap * capped_counts.at("steps"));
+  EXPECT_EQ(capped_counts.at("step_tokens"), free_counts.at("step_tokens"));  // the same prompts and tokens fed
+  EXPECT_EQ(capped_counts.at("tokens"), 96);
+  // The cap changes when a request's tokens come, not which they are.
+  EXPECT_EQ(capped_tokens, free_tokens);
+}
+
 TEST_F(LmStages, AGenerateReplicaThatTakesOverASnapshotGoesOnWhereTheOtherWas) {
   StageRunner whole(registry_, "lm.generate");
   ASSERT_TRUE(whole.set("model", kModel).ok());
