@@ -131,24 +131,34 @@ int BatchPolicy::choose_cap() const {
   // Every size within the budget is a candidate. Under load the steps run
   // at the cap, so the cap sets the tokens/s: of the sizes within 5 % of
   // the most tokens per second of step, the fewest tokens, whose steps
-  // (the time per output token) are the shortest.
-  std::vector<double> rate(static_cast<std::size_t>(most) + 1, 0.0);
+  // (the time per output token) are the shortest. Two passes over the same
+  // costs: the best rate, then the first size near it.
+  const bool line = cost_.per_token_ns > 0;
+  auto rates = [&](auto&& visit) {
+    double floor = 0;  // the dearest size timed so far (StepCost::predict, in one pass)
+    for (int t = 1; t <= most; ++t) {
+      const std::size_t n = static_cast<std::size_t>(t);
+      const double timed = n < fastest.size() ? fastest[n] : 0.0;
+      floor = std::max(floor, timed);
+      if (timed <= 0 && !line) continue;  // nothing predicts it
+      const double cost = timed > 0 ? timed : std::max(cost_.fitted(t), floor);
+      if (t > 1 && cost > budget * (1 + 1e-9)) continue;
+      if (!visit(t, t / std::max(cost, 1.0))) return;
+    }
+  };
   double best = 0;
-  double floor = 0;  // the dearest size timed so far (StepCost::predict, in one pass)
-  for (int t = 1; t <= most; ++t) {
-    const std::size_t n = static_cast<std::size_t>(t);
-    const double timed = n < fastest.size() ? fastest[n] : 0.0;
-    const double cost = timed > 0 ? timed : std::max(cost_.per_token_ns > 0 ? cost_.fitted(t) : 0.0, floor);
-    floor = std::max(floor, timed);
-    if (t > 1 && (cost <= 0 || cost > budget * (1 + 1e-9))) continue;
-    rate[n] = t / std::max(cost, 1.0);
-    best = std::max(best, rate[n]);
-  }
+  rates([&](int, double rate) {
+    best = std::max(best, rate);
+    return true;
+  });
   constexpr double kNearBest = 0.95;
-  for (int t = 1; t <= most; ++t) {
-    if (rate[static_cast<std::size_t>(t)] >= kNearBest * best) return t;
-  }
-  return 1;
+  int cap = 1;
+  rates([&](int t, double rate) {
+    if (rate < kNearBest * best) return true;
+    cap = t;
+    return false;
+  });
+  return cap;
 }
 
 void BatchPolicy::rewind(std::uint64_t id, int fed) {

@@ -17,7 +17,7 @@
 /// - With `max_step_factor`, a step feeds at most a cap of tokens, chosen
 ///   from the step times the engine reports (`observe_step`): among the
 ///   step sizes that stay within that many times a one-token step, the one
-///   that gives the most tokens per second (the fewest tokens within 2 % of
+///   that gives the most tokens per second (the fewest tokens within 5 % of
 ///   that). The running batch and the prefill share of a step are capped,
 ///   so that the time per output token of a batch stays within that factor
 ///   of decoding alone, at the best throughput the factor allows.
@@ -43,12 +43,13 @@ struct BatchSettings {
 /// What a step of each size costs. A step's time is not a line in its
 /// tokens: a matrix kernel's tiles make 7 tokens cost much more than 6, and
 /// 6 little more than 4. So each size keeps its own time: the fastest step
-/// of that many tokens timed, when the replica started (Engine::calibrate)
-/// or since. The machine only ever adds to a step's time (another thread
+/// of that many tokens timed, before the replica's first step
+/// (Engine::calibrate) or since. The machine only ever adds to a step's time (another thread
 /// on the core, weights gone cold in the cache), so the fastest is what
 /// the size itself costs, and sizes compare fairly whenever each was
 /// timed. A line fitted to the steps run (fixed + per_token x tokens,
-/// least squares, recent steps weighing more) predicts the sizes not timed.
+/// least squares, recent steps weighing more) predicts the sizes not timed;
+/// without a line, a size not timed cannot be the cap.
 struct StepCost {
   double fixed_ns = 0;
   double per_token_ns = 0;  ///< 0 until there is a fit
@@ -99,10 +100,11 @@ class BatchPolicy {
   /// After a step: it fed `tokens` tokens and took `duration_ns`.
   void observe_step(int tokens, std::int64_t duration_ns);
 
-  /// The fitted step cost (per_token_ns 0: not fitted yet).
+  /// What steps cost: each size's fastest, and the line (per_token_ns 0:
+  /// none yet).
   const StepCost& step_cost() const { return cost_; }
   /// Tokens a step may feed at most under max_step_factor, 0 = no cap (none
-  /// set, or no fit yet).
+  /// set, or neither a one-token step nor a line known yet).
   int step_token_cap() const { return cap_; }
 
   std::int64_t reserved_tokens() const { return reserved_; }

@@ -30,9 +30,10 @@ std::string Engine::submit(GenerateRequest request, std::int64_t now_ns) {
   if (!refused.empty()) return refused;
   std::vector<int> tokens = request.prompt;
   tokens.insert(tokens.end(), request.generated.begin(), request.generated.end());
-  auto seq = std::make_unique<Sequence>(Sequence{request, std::move(tokens),
-                                                 KvCache(model_.config(), prompt + request.max_tokens),
-                                                 Sampler(request.sampling), {}, generated, {}, {}});
+  // Its KV cache is allocated when it joins the running batch (`step`),
+  // within the budget: a queued request holds none.
+  auto seq = std::make_unique<Sequence>(
+      Sequence{request, std::move(tokens), KvCache(), Sampler(request.sampling), {}, generated, {}, {}});
   if (!request.sampler_state.empty() && !seq->sampler.set_state(request.sampler_state)) {
     policy_.finish(request.id);
     return "the sampler state of request " + std::to_string(request.id) + " is not one";
@@ -207,7 +208,8 @@ int Engine::calibrate(const std::function<std::int64_t()>& clock) {
   const BatchSettings& s = policy_.settings();
   const int most = s.max_size + std::max(1, s.prefill_chunk);
   const int context = std::min(24, model_.config().max_seq_len - 1);
-  if (context < 1 || static_cast<std::int64_t>(most) * (context + 1) > s.kv_budget_tokens) return 0;
+  const std::int64_t room = s.kv_budget_tokens - policy_.reserved_tokens();
+  if (context < 1 || static_cast<std::int64_t>(most) * (context + 1) > room) return 0;
   std::vector<KvCache> caches;
   caches.reserve(static_cast<std::size_t>(most));
   std::vector<int> prompt(static_cast<std::size_t>(context));
@@ -221,35 +223,63 @@ int Engine::calibrate(const std::function<std::int64_t()>& clock) {
   const int token = prompt[0];
   // Twelve rounds over the sizes, up and down in turn, each size's fastest
   // kept: a single step's time moves by half on a shared machine, the
-  // fastest of a dozen hardly. After three rounds a size far over the
-  // factor's budget (1.5 times it) is left: it cannot be the cap.
+  // fastest of a dozen hardly. A size over 1.5 times the factor's budget
+  // cannot be the cap: the first round goes up the sizes only to the first
+  // such one (the larger are predicted no cheaper), and from the fourth on
+  // a size found over it is left. Past a second on the clock, the rounds
+  // stop where they are.
   const double factor = s.max_step_factor;
   std::vector<std::int64_t> fastest(static_cast<std::size_t>(most) + 1, std::numeric_limits<std::int64_t>::max());
-  for (int round = 0; round < 12; ++round) {
-    for (int k = 0; k < most; ++k) {
-      const int t = round % 2 == 0 ? 1 + k : most - k;
+  auto over = [&](std::size_t n) {
+    return factor > 0 && static_cast<double>(fastest[n]) > 1.5 * factor * static_cast<double>(fastest[1]);
+  };
+  constexpr std::int64_t kMaxNs = 1'000'000'000;
+  const std::int64_t start = clock();
+  int limit = most;   // the sizes the rounds go to
+  int largest = 0;    // the largest size timed
+  bool out_of_time = false;
+  for (int round = 0; round < 12 && !out_of_time; ++round) {
+    for (int k = 0; k < limit; ++k) {
+      const int t = round % 2 == 0 ? 1 + k : limit - k;
       const std::size_t n = static_cast<std::size_t>(t);
-      if (round >= 3 && factor > 0 && static_cast<double>(fastest[n]) > 1.5 * factor * static_cast<double>(fastest[1])) {
-        continue;
-      }
+      if (round >= 3 && over(n)) continue;
       items.clear();
       for (int i = 0; i < t; ++i) items.push_back(ForwardItem{&caches[static_cast<std::size_t>(i)], &token, 1, false});
       step_tokens_ = t;
       const std::int64_t t0 = clock();
       model_.forward(items, logits_);
-      const std::int64_t took = clock() - t0;
+      const std::int64_t t1 = clock();
       for (int i = 0; i < t; ++i) caches[static_cast<std::size_t>(i)].truncate(context);
-      fastest[n] = std::min(fastest[n], took);
-      policy_.observe_step(t, took);
+      fastest[n] = std::min(fastest[n], t1 - t0);
+      largest = std::max(largest, t);
+      policy_.observe_step(t, t1 - t0);
+      if (round == 0 && t > 1 && over(n)) {
+        limit = t;
+        break;
+      }
+      if (t1 - start > kMaxNs) {
+        out_of_time = true;
+        break;
+      }
     }
   }
   step_tokens_ = 0;
-  return most;
+  return largest;
+}
+
+void Engine::take_step_times(const std::vector<double>& fastest_ns) {
+  for (std::size_t t = 1; t < fastest_ns.size(); ++t) {
+    if (fastest_ns[t] > 0) policy_.observe_step(static_cast<int>(t), static_cast<std::int64_t>(fastest_ns[t]));
+  }
 }
 
 std::int64_t Engine::step(std::int64_t now_ns, std::vector<TokenEvent>& events) {
   if (sequences_.empty()) return -1;
   StepPlan plan = policy_.plan(now_ns);
+  for (std::uint64_t id : plan.joined) {
+    Sequence& seq = *sequences_.at(id);
+    seq.cache = KvCache(model_.config(), static_cast<int>(seq.request.prompt.size()) + seq.request.max_tokens);
+  }
   if (plan.slots.empty()) return plan.wake_ns > 0 ? plan.wake_ns : -1;
 
   std::vector<ForwardItem> items;

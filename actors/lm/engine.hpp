@@ -74,16 +74,22 @@ class Engine {
   void set_clock(std::function<std::int64_t()> clock) { clock_ = std::move(clock); }
   /// Times a step of every size the policy can plan (1 to max_size +
   /// prefill_chunk tokens: one token each of that many scratch sequences
-  /// of 24 tokens), twelve rounds over the sizes (those far over the
-  /// factor's budget only three), each size's fastest kept, on `clock` (the stage
-  /// passes its thread's CPU time, so that a moment the thread was not
-  /// running does not count), and tells the policy, so that its step cap
-  /// (batch.max_step_factor) starts from every size's time rather than
-  /// from the sizes the first requests happen to make. Holds no request;
-  /// its scratch caches hold max_size + prefill_chunk times 25 tokens, and
-  /// it times nothing (returns 0) when they would not fit in the KV
-  /// budget. Returns the sizes timed.
+  /// of 24 tokens) on `clock` (the stage passes its thread's CPU time, so
+  /// that a moment the thread was not running does not count), and tells
+  /// the policy, so that its step cap (batch.max_step_factor) starts from
+  /// every size's time rather than from the sizes the first requests happen
+  /// to make. Twelve rounds, each size's fastest kept; sizes over 1.5 times
+  /// the factor's budget are timed at most three times, and only the first
+  /// of them; at most about a second on the clock. Adds no request and
+  /// leaves those held as they were; its scratch caches hold max_size +
+  /// prefill_chunk times 25 tokens, and it times nothing (returns 0) when
+  /// they would not fit in what the KV budget has left. Returns the largest
+  /// size timed.
   int calibrate(const std::function<std::int64_t()>& clock);
+  /// Step times timed before (StepCost::fastest_ns of an engine on the same
+  /// model and settings, as a restarted replica keeps them), taken as if
+  /// timed here.
+  void take_step_times(const std::vector<double>& fastest_ns);
   /// Fault injection (tests, demos): called with each sampled token before
   /// it is taken; it may replace the token and its log-probability (the
   /// sequence goes on from what it leaves there, as a faulty replica would).

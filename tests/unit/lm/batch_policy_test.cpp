@@ -249,6 +249,30 @@ TEST(LmBatchPolicy, SizesNotTimedYetArePredictedByTheLineAndNoCheaperThanASmalle
   EXPECT_EQ(fresh.step_token_cap(), 11);
 }
 
+TEST(LmBatchPolicy, WithoutALineOnlySizesTimedCanBeTheCapAndAFactorOfOneAllowsOneToken) {
+  BatchSettings s;
+  s.max_size = 16;
+  s.prefill_chunk = 8;
+  s.max_step_factor = 1.5;
+  BatchPolicy p(s);
+  p.observe_step(1, 500'000);  // one size timed: no line yet
+  EXPECT_EQ(p.step_cost().per_token_ns, 0);
+  EXPECT_EQ(p.step_token_cap(), 1);  // the larger sizes are not known to fit
+  p.observe_step(3, 600'000);
+  EXPECT_GT(p.step_cost().per_token_ns, 0);  // now a line predicts the others
+  EXPECT_GT(p.step_token_cap(), 3);
+
+  s.max_step_factor = 1;  // no step longer than a one-token step
+  BatchPolicy one(s);
+  for (int t = 1; t <= 24; ++t) one.observe_step(t, knee_ns(std::min(t, 16)) + t);
+  EXPECT_EQ(one.step_token_cap(), 1);
+
+  // A step larger than any the settings can plan is not kept by size.
+  BatchPolicy q(s);
+  q.observe_step(100, 9 * kMs);
+  EXPECT_EQ(q.step_cost().fastest_ns.size(), 25u);
+}
+
 TEST(LmBatchPolicy, StepsStayWithinTheCapAndEveryRequestAdvances) {
   BatchSettings s;
   s.max_size = 16;

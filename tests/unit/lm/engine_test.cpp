@@ -128,10 +128,11 @@ TEST_F(LmEngine, TheStepCapLearnsFromStepTimesAndChangesNoResult) {
 }
 
 TEST_F(LmEngine, CalibrationTimesEveryStepSizeOnTheClockAndLeavesNoTrace) {
-  // A simulated clock: the second read of each pair is later by what a
-  // step of the tokens being fed costs, a knee at 6 tokens (flat before,
-  // 110 us a token after).
+  // A simulated clock: each read is later by what a step of the tokens
+  // being fed costs (so a step's second read is that much after its
+  // first), a knee at 6 tokens (flat before, 110 us a token after).
   auto cost_ns = [](int tokens) -> std::int64_t {
+    if (tokens == 0) return 0;
     return tokens <= 6 ? 460'000 + 36'000 * (tokens - 1) : 640'000 + 110'000 * (tokens - 6);
   };
   BatchSettings s;
@@ -141,13 +142,16 @@ TEST_F(LmEngine, CalibrationTimesEveryStepSizeOnTheClockAndLeavesNoTrace) {
   s.max_step_factor = 2.5;
   Engine engine(*model_, s);
   std::int64_t now = 0;
-  bool second = false;
+  int reads = 0;
   auto clock = [&] {
-    second = !second;
-    if (!second) now += cost_ns(engine.step_tokens());
+    ++reads;
+    now += cost_ns(engine.step_tokens());
     return now;
   };
+  // 16 tokens (1740 us) are over 1.5 x the budget (1725 us): timed in the
+  // first three rounds only; 1 to 15 in all twelve.
   EXPECT_EQ(engine.calibrate(clock), 16);
+  EXPECT_EQ(reads, 1 + 2 * (3 * 16 + 9 * 15));
   const StepCost& c = engine.policy().step_cost();
   ASSERT_EQ(c.fastest_ns.size(), 17u);
   for (int t = 1; t <= 16; ++t) EXPECT_EQ(c.fastest_ns[static_cast<std::size_t>(t)], cost_ns(t)) << t;
@@ -178,6 +182,42 @@ TEST_F(LmEngine, CalibrationTimesEveryStepSizeOnTheClockAndLeavesNoTrace) {
   EXPECT_EQ(small.calibrate(clock), 0);
   EXPECT_EQ(small.policy().step_token_cap(), 0);
   EXPECT_EQ(small.calibrate(nullptr), 0);
+  // Nor when the requests held leave too little of it.
+  s.kv_budget_tokens = 16 * 25 + 10;
+  Engine busy(*model_, s);
+  ASSERT_EQ(busy.submit(request(9, kPrompts[0]), 0), "");
+  std::vector<TokenEvent> first;
+  ASSERT_EQ(busy.step(0, first), 0);  // running: its cache reserved
+  EXPECT_GT(busy.policy().reserved_tokens(), 10);
+  EXPECT_EQ(busy.calibrate(clock), 0);
+  EXPECT_TRUE(busy.holds(9));
+
+  // Times taken from another engine on the same model and settings give the
+  // same cap without a step timed.
+  Engine restarted(*model_, engine.policy().settings());
+  const int before = reads;
+  restarted.take_step_times(engine.policy().step_cost().fastest_ns);
+  EXPECT_EQ(reads, before);
+  EXPECT_EQ(restarted.policy().step_token_cap(), 6);
+}
+
+TEST_F(LmEngine, CalibrationStopsAtTheClocksSecond) {
+  BatchSettings s;
+  s.max_size = 64;
+  s.prefill_chunk = 64;
+  s.kv_budget_tokens = 128 * 25;
+  Engine engine(*model_, s);  // no factor: every size is a candidate
+  std::int64_t now = 0;
+  auto clock = [&] {
+    now += 5'000'000;  // each read 5 ms later: a step takes 5 ms
+    return now;
+  };
+  // One read to start, two a step, and the first step ending more than
+  // 1 s after the start stops it: 101 steps, all in the first round.
+  EXPECT_EQ(engine.calibrate(clock), 101);
+  EXPECT_EQ(now, 5'000'000LL * (1 + 2 * 101));
+  EXPECT_EQ(engine.policy().step_cost().fastest_ns[101], 5'000'000);
+  EXPECT_EQ(engine.policy().step_cost().fastest_ns[102], 0);
 }
 
 TEST_F(LmEngine, SeededSamplingIsTheSameBatchedOrAlone) {

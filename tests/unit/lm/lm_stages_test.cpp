@@ -178,6 +178,11 @@ TEST_F(LmStages, GenerateBatchesTheRequestsItHoldsAndGivesEachTheTokensItWouldGe
 }
 
 TEST_F(LmStages, WithAStepFactorGenerateTimesItsStepSizesAtItsFirstStepAndKeepsItsStepsWithinTheCap) {
+  struct Run {
+    std::map<std::uint64_t, std::vector<int>> tokens;
+    std::int64_t steps = 0, step_tokens = 0;
+    std::map<int, std::int64_t> caps;  // cap -> steps it held
+  };
   auto run = [&](double factor) {
     StageRunner gen(registry_, "lm.generate");
     EXPECT_TRUE(gen.set("model", kModel).ok());
@@ -185,27 +190,36 @@ TEST_F(LmStages, WithAStepFactorGenerateTimesItsStepSizesAtItsFirstStepAndKeepsI
     EXPECT_TRUE(gen.set("batch.prefill_chunk", std::int64_t{8}).ok());
     EXPECT_TRUE(gen.set("batch.max_step_factor", factor).ok());
     EXPECT_TRUE(gen.start().ok());
+    // A clock that stands still: every step run takes 0 ns and teaches the
+    // policy nothing, so a cap can only come from the sizes timed on the
+    // thread's CPU time before the first step.
+    gen.set_now_ns(1);
     for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(gen.feed("in", prompt(i + 1, kPrompts[i % kPrompts.size()], 12)).ok());
     EXPECT_TRUE(gen.run_deferred().ok());
-    return std::make_pair(by_request(gen.output("out")), std::map<std::string, std::int64_t>{
-                                                             {"steps", gen.counter_value("steps")},
-                                                             {"step_tokens", gen.counter_value("step_tokens")},
-                                                             {"cap", gen.counter_value("step_token_cap")},
-                                                             {"tokens", gen.counter_value("tokens")}});
+    Run r;
+    r.tokens = by_request(gen.output("out"));
+    r.steps = gen.counter_value("steps");
+    r.step_tokens = gen.counter_value("step_tokens");
+    for (int cap = 0; cap <= 16; ++cap) {
+      const std::int64_t n = gen.counter_value("hist.step_token_cap." + std::to_string(value_buckets::bucket(cap)));
+      if (n > 0) r.caps[cap] = n;
+    }
+    EXPECT_EQ(gen.counter_value("tokens"), 96);
+    return r;
   };
-  const auto [free_tokens, free_counts] = run(0);
-  const auto [capped_tokens, capped_counts] = run(1.5);
-  EXPECT_EQ(free_counts.at("cap"), 0);  // no factor: no cap
-  const std::int64_t cap = capped_counts.at("cap");
+  const Run free = run(0);
+  const Run capped = run(1.5);
+  EXPECT_TRUE(free.caps.empty());  // no factor: no cap
+  // One cap for every step, from the timed sizes.
+  ASSERT_EQ(capped.caps.size(), 1u);
+  const int cap = capped.caps.begin()->first;
   EXPECT_GE(cap, 1);
   EXPECT_LE(cap, 16);
-  // Every step within the cap: more steps than uncapped when the cap is
-  // under what the batch would feed, never more tokens a step than it.
-  EXPECT_LE(capped_counts.at("step_tokens"), cap * capped_counts.at("steps"));
-  EXPECT_EQ(capped_counts.at("step_tokens"), free_counts.at("step_tokens"));  // the same prompts and tokens fed
-  EXPECT_EQ(capped_counts.at("tokens"), 96);
+  EXPECT_EQ(capped.caps.begin()->second, capped.steps);
+  EXPECT_LE(capped.step_tokens, cap * capped.steps);
+  EXPECT_EQ(capped.step_tokens, free.step_tokens);  // the same prompts and tokens fed
   // The cap changes when a request's tokens come, not which they are.
-  EXPECT_EQ(capped_tokens, free_tokens);
+  EXPECT_EQ(capped.tokens, free.tokens);
 }
 
 TEST_F(LmStages, AGenerateReplicaThatTakesOverASnapshotGoesOnWhereTheOtherWas) {
