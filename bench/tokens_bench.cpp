@@ -13,7 +13,7 @@
 // batch.max_step_factor set to each factor (steps capped to that many times
 // a one-token step), each compared with one at a time. "tok/step" is the
 // tokens (prompt and generated) lm.generate fed a decoding step on average,
-// "cap" its step cap at the end of the run (0: none).
+// "cap" the p50 of its step cap over the steps (0: none).
 //
 // --model runs another model file (default: the stages' default,
 // models/devil-1m.sflm).
@@ -75,7 +75,7 @@ struct Result {
   double seconds = 0;
   std::vector<double> ttft_ms, tpot_ms;
   // lm.generate's own figures: its decoding steps, the tokens they fed
-  // (prompt and generated) and its step cap at the end (0: none).
+  // (prompt and generated) and its step cap over the steps, p50 (0: none).
   std::int64_t steps = 0, step_tokens = 0, step_cap = 0;
 };
 
@@ -153,7 +153,9 @@ Result run(double rate, double seconds, int max_tokens, int max_size, double ste
     };
     result.steps = counter("steps");
     result.step_tokens = counter("step_tokens");
-    result.step_cap = counter("step_token_cap");
+    if (auto it = stage.histograms.find("step_token_cap"); it != stage.histograms.end()) {
+      result.step_cap = static_cast<std::int64_t>(it->second.p50);
+    }
   }
   swarmflow::lm::attach_serve_hub(nullptr);
   result.seconds = std::chrono::duration<double>(last_done - start).count();
