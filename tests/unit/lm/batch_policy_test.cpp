@@ -156,11 +156,17 @@ const double kKneeUs[] = {0,    464,  527,  601,  626,  636,  677,  932,  974,
                           1091, 1146, 1236, 1320, 1487, 1552, 1671, 1809};
 std::int64_t knee_ns(int tokens) { return static_cast<std::int64_t>(kKneeUs[tokens] * 1000); }
 
-TEST(LmBatchPolicy, TheCapIsTheFewestTokensWithinFivePercentOfTheBestTokensPerSecondInTheFactor) {
+// Settings whose steps are of 1 to 16 tokens, capped at `factor`.
+BatchSettings up_to_16(double factor) {
   BatchSettings s;
   s.max_size = 12;
-  s.prefill_chunk = 4;  // steps of 1 to 16 tokens
-  s.max_step_factor = 2;
+  s.prefill_chunk = 4;
+  s.max_step_factor = factor;
+  return s;
+}
+
+TEST(LmBatchPolicy, TheCapIsTheFewestTokensWithinFivePercentOfTheBestTokensPerSecondInTheFactor) {
+  BatchSettings s = up_to_16(2);
   BatchPolicy p(s);
   EXPECT_EQ(p.step_token_cap(), 0);  // nothing measured: no cap yet
   for (int i = 0; i < 40; ++i) {
@@ -183,9 +189,7 @@ TEST(LmBatchPolicy, TheCapIsTheFewestTokensWithinFivePercentOfTheBestTokensPerSe
 }
 
 TEST(LmBatchPolicy, AStepCostWithAKneeIsCappedAtTheKneeWhereALineWouldGoPastIt) {
-  BatchSettings s;
-  s.max_size = 12;
-  s.prefill_chunk = 4;
+  BatchSettings s = up_to_16(0);
   for (double factor : {1.5, 2.0, 2.5, 3.0}) {
     s.max_step_factor = factor;
     BatchPolicy p(s);
@@ -207,10 +211,7 @@ TEST(LmBatchPolicy, AStepCostWithAKneeIsCappedAtTheKneeWhereALineWouldGoPastIt) 
 }
 
 TEST(LmBatchPolicy, EachSizeKeepsItsFastestStepSoALoadedMachineDoesNotMoveTheCap) {
-  BatchSettings s;
-  s.max_size = 12;
-  s.prefill_chunk = 4;
-  s.max_step_factor = 2.5;
+  BatchSettings s = up_to_16(2.5);
   BatchPolicy p(s);
   for (int t = 1; t <= 16; ++t) p.observe_step(t, knee_ns(t));
   ASSERT_EQ(p.step_token_cap(), 6);
@@ -232,10 +233,7 @@ TEST(LmBatchPolicy, EachSizeKeepsItsFastestStepSoALoadedMachineDoesNotMoveTheCap
 }
 
 TEST(LmBatchPolicy, SizesNotTimedYetArePredictedByTheLineAndNoCheaperThanASmallerOne) {
-  BatchSettings s;
-  s.max_size = 12;
-  s.prefill_chunk = 4;
-  s.max_step_factor = 2;
+  BatchSettings s = up_to_16(2);
   BatchPolicy p(s);
   for (int i = 0; i < 30; ++i) p.observe_step(1 + i % 3, step_ns(1 + i % 3, 100'000, 10'000));
   const StepCost& c = p.step_cost();
