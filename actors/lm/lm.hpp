@@ -47,9 +47,11 @@
 ///   - {id: out, type: io.jsonl, inputs: {in: text/out}, params: {path: completions.jsonl}}
 /// ```
 
+#include <memory>
 #include <string>
 
 #include <swarmflow/registry.hpp>
+#include <swarmflow/status.hpp>
 
 namespace swarmflow {
 
@@ -60,6 +62,15 @@ namespace lm {
 /// `path` if it exists, else the first of the source tree and the installed
 /// data directory that has it, else `path` unchanged.
 std::string resolve_data_path(const std::string& path);
+
+class Model;
+/// The model file `path` names (resolve_data_path), loaded once in this
+/// process and shared, read only (Model::forward is const), by every lm
+/// stage and replica that names the same file while one of them holds it:
+/// a pipeline's tokenize and generate, and generate's replicas, load and
+/// pack its weights once. A file changed since (its size or time) is
+/// loaded again.
+Status shared_model(const std::string& path, std::shared_ptr<const Model>& out);
 }  // namespace lm
 
 }  // namespace swarmflow

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -33,10 +34,6 @@ std::string unescape(const std::string& s) {
   return out;
 }
 
-Status load_model(const std::string& param, Model& model) {
-  return Model::load(resolve_data_path(param), model);
-}
-
 constexpr const char* kDefaultModel = "models/devil-1m.sflm";
 /// The sequence number of a stream's end without a token (a refusal, a
 /// cancellation): apart from every token's position.
@@ -55,6 +52,29 @@ std::string resolve_data_path(const std::string& path) {
     if (fs::exists(candidate, ec)) return candidate.string();
   }
   return path;
+}
+
+Status shared_model(const std::string& param, std::shared_ptr<const Model>& out) {
+  namespace fs = std::filesystem;
+  const std::string path = resolve_data_path(param);
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  const auto time = ec ? fs::file_time_type{} : fs::last_write_time(path, ec);
+  const std::string key =
+      path + "|" + std::to_string(ec ? 0 : size) + "|" + std::to_string(time.time_since_epoch().count());
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const Model>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto held = loaded[key].lock()) {
+    out = std::move(held);
+    return {};
+  }
+  auto model = std::make_shared<Model>();
+  if (Status s = Model::load(path, *model); !s.ok()) return s;
+  for (auto it = loaded.begin(); it != loaded.end();) it = it->second.expired() ? loaded.erase(it) : std::next(it);
+  loaded[key] = model;
+  out = std::move(model);
+  return {};
 }
 
 // -- lm.prompts -----------------------------------------------------------
@@ -188,9 +208,9 @@ void Tokenize::setup(StageSpec& s) {
 }
 
 Status Tokenize::start(StageContext&) {
-  Model model;
-  if (Status s = load_model(model_path_, model); !s.ok()) return s;
-  tokenizer_ = Tokenizer(model.pieces(), model.config().bos);
+  std::shared_ptr<const Model> model;
+  if (Status s = shared_model(model_path_, model); !s.ok()) return s;
+  tokenizer_ = Tokenizer(model->pieces(), model->config().bos);
   return {};
 }
 
@@ -289,8 +309,8 @@ class StepTimes {
 }  // namespace
 
 Status Generate::start(StageContext& ctx) {
-  auto model = std::make_unique<Model>();
-  if (Status s = load_model(model_path_, *model); !s.ok()) return s;
+  std::shared_ptr<const Model> model;
+  if (Status s = shared_model(model_path_, model); !s.ok()) return s;
   BatchSettings b;
   b.max_size = static_cast<int>(max_size_);
   b.max_wait_ns = static_cast<std::int64_t>(max_wait_ms_ * 1e6);

@@ -101,7 +101,7 @@ class Generate final : public Stage {
   std::int64_t max_queue_ = 256;
   double max_step_factor_ = 0.0;
   bool calibrated_ = true;  ///< the step sizes are timed (or need not be)
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Model> model_;  ///< shared with the process's other lm stages on the same file
   std::unique_ptr<Engine> engine_;
   /// The header of each held request's prompt: its tokens carry it on
   /// (capture time, part).

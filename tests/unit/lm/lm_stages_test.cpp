@@ -1,9 +1,13 @@
 // The lm stages driven one at a time, without actors.
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <vector>
 #include <string>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -406,6 +410,29 @@ TEST_F(LmStages, PromptsReadsTextAndJsonLines) {
   StageRunner bad(registry_, "lm.prompts");
   ASSERT_TRUE(bad.set("path", std::string("/nonexistent/prompts.txt")).ok());
   EXPECT_TRUE(bad.start().is_error());
+}
+
+TEST_F(LmStages, StagesNamingOneModelFileShareOneLoadedModelUntilTheFileChanges) {
+  namespace fs = std::filesystem;
+  const fs::path copy = fs::temp_directory_path() / ("swarmflow-shared-model-" + std::to_string(::getpid()) + ".sflm");
+  fs::copy_file(kModel, copy, fs::copy_options::overwrite_existing);
+  std::shared_ptr<const lm::Model> a, b, c;
+  ASSERT_TRUE(lm::shared_model(copy.string(), a).ok());
+  ASSERT_TRUE(lm::shared_model(copy.string(), b).ok());
+  EXPECT_EQ(a.get(), b.get());  // one load while one is held
+  // The file written again (a newer time): loaded anew, the old one kept
+  // by those that hold it.
+  fs::last_write_time(copy, fs::last_write_time(copy) + std::chrono::seconds(5));
+  ASSERT_TRUE(lm::shared_model(copy.string(), c).ok());
+  EXPECT_NE(c.get(), a.get());
+  EXPECT_EQ(c->config().vocab, a->config().vocab);
+  // A file that is not there fails with its name, as Model::load does.
+  std::shared_ptr<const lm::Model> none;
+  const Status missing = lm::shared_model((copy.string() + ".missing"), none);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find(".missing"), std::string::npos);
+  EXPECT_EQ(none, nullptr);
+  fs::remove(copy);
 }
 
 TEST_F(LmStages, AMissingModelFailsStartWithItsName) {
