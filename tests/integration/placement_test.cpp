@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <httplib.h>
@@ -167,6 +169,19 @@ int moves_of(const nlohmann::json& state, const std::string& kind) {
   return n;
 }
 
+/// POSTs `path` once the run has started: the web server answers before it
+/// has, and a move asked then is refused as "not started".
+httplib::Result post_once_started(httplib::Client& client, const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (true) {
+    auto res = client.Post(path.c_str());
+    if (!res || res->body.find("not started") == std::string::npos || std::chrono::steady_clock::now() > deadline) {
+      return res;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 TEST(Placement, AStageWithAReplicaRangeScalesOutUnderBacklogAndBackInWhenItsUnitsSpeedUp) {
   // work: 1.5 ms an envelope at 1600 envelopes/s needs about 2.4 replicas;
   // it starts with one (min) of three. Its queue backs up, so the policy
@@ -196,7 +211,7 @@ TEST(Placement, AStageWithAReplicaRangeScalesOutUnderBacklogAndBackInWhenItsUnit
                }).empty());
   // Asked over HTTP: below min is refused with the reason; a request that
   // says neither add nor remove is malformed.
-  auto fewer = client.Post("/api/v1/stages/work/replicas?remove");
+  auto fewer = post_once_started(client, "/api/v1/stages/work/replicas?remove");
   ASSERT_TRUE(fewer);
   EXPECT_EQ(fewer->status, 400);
   EXPECT_NE(fewer->body.find("fewest replicas"), std::string::npos) << fewer->body;
